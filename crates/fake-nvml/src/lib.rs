@@ -1,0 +1,1 @@
+//! NVML test double (work in progress).

@@ -1,0 +1,1 @@
+//! procinfo source (in progress).

@@ -1,0 +1,1 @@
+//! replay source (in progress).

@@ -1,0 +1,1 @@
+//! scripted source (in progress).

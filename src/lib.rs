@@ -3,4 +3,10 @@
 //! the dashboard, the daemon) consumes the same frames from the sampler.
 
 pub mod model;
+pub mod sampler;
 pub mod source;
+
+/// This machine's host name (empty when unknown).
+pub fn hostname() -> String {
+    sysinfo::System::host_name().unwrap_or_default()
+}

@@ -42,6 +42,10 @@ pub struct SourceInfo {
     pub nvml_version: Option<String>,
     /// What the source reads: a library path, a scenario name, a recording file.
     pub detail: String,
+    /// The user a simulated source pretends you are (a demo's "my processes"); `None`: the
+    /// invoking user.
+    #[serde(default)]
+    pub me: Option<String>,
 }
 
 /// Type of GPU context a process holds, as nvidia-smi prints it.

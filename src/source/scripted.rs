@@ -1,1 +1,342 @@
-//! scripted source (in progress).
+//! The scripted source: GPUs and processes from a scenario file (`--demo`, `--scenario FILE`).
+//!
+//! The scenario format lives in `crates/scenario`, shared with the NVML test double, so the
+//! demo and the double cannot disagree. Host facts (user, command, container…) come from the
+//! scenario's `host` tables, since the demo's PIDs are not real processes.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::time::{Instant, SystemTime};
+
+use scenario::{Call, Gpu, Scenario, ScenarioError};
+
+use super::{CallProbe, GpuSource};
+use crate::model::{
+    CallError, GpuSample, HostProc, Memory, MigDeviceSample, MigMode, ProcKind, ProcSample, Sample,
+    SlowReadings, SourceInfo, SourceKind,
+};
+
+/// The demo scenario shipped in the binary.
+pub const DEMO_SCENARIO: &str = include_str!("../../assets/scenarios/demo.toml");
+
+/// A source that evaluates a scenario at the current scenario time.
+pub struct ScriptedSource {
+    scenario: Scenario,
+    name: String,
+    started: Instant,
+    /// Scenario time at `started`.
+    offset: f64,
+    speed: f64,
+}
+
+impl ScriptedSource {
+    /// The built-in demo.
+    pub fn demo() -> Result<Self, ScenarioError> {
+        Ok(Self::new(Scenario::parse(DEMO_SCENARIO)?, "built-in demo"))
+    }
+
+    /// A scenario file.
+    pub fn load(path: &Path) -> Result<Self, ScenarioError> {
+        Ok(Self::new(Scenario::load(path)?, &path.display().to_string()))
+    }
+
+    /// A parsed scenario; time starts now at 0 (or where `clock.epoch` says).
+    pub fn new(scenario: Scenario, name: &str) -> Self {
+        let offset = scenario.clock.epoch.map_or(0.0, |epoch| {
+            let now = SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64());
+            (now - epoch).max(0.0)
+        });
+        let speed = scenario.clock.speed.unwrap_or(1.0);
+        Self {
+            scenario,
+            name: name.to_string(),
+            started: Instant::now(),
+            offset,
+            speed,
+        }
+    }
+
+    /// Starts the timeline at `t` seconds instead of 0.
+    #[must_use]
+    pub fn starting_at(mut self, t: f64) -> Self {
+        self.offset = t;
+        self
+    }
+
+    /// The scenario time now.
+    pub fn now(&self) -> f64 {
+        self.scenario
+            .clock
+            .freeze
+            .unwrap_or_else(|| self.offset + self.started.elapsed().as_secs_f64() * self.speed)
+    }
+
+    /// The sample the scenario describes at time `t` (pure: no sleeping, no clock).
+    pub fn sample_at(&self, t: f64, taken_at: f64) -> Sample {
+        let gpus = self
+            .scenario
+            .gpus
+            .iter()
+            .enumerate()
+            .map(|(i, g)| gpu_at(g, i, t, taken_at))
+            .collect();
+        Sample {
+            taken_at,
+            gpus,
+            errors: Vec::new(),
+            collect_seconds: 0.0,
+        }
+    }
+}
+
+fn gpu_at(g: &Gpu, index: usize, t: f64, taken_at: f64) -> GpuSample {
+    let mut s = GpuSample::empty(index as u32, g.uuid(index));
+    s.name = Some(g.name.clone());
+    s.pci_bus_id = Some(g.pci_bus_id(index));
+    if g.lost(t) {
+        s.lost = true;
+        s.errors.push(CallError {
+            call: "memory_info".to_string(),
+            error: "GpuLost".to_string(),
+        });
+        return s;
+    }
+    let off: &BTreeSet<Call> = &g.faults.not_supported;
+    let denied: &BTreeSet<Call> = &g.faults.no_permission;
+    let has = |c: Call| !off.contains(&c) && !denied.contains(&c);
+    for c in denied {
+        s.errors.push(CallError {
+            call: c.to_string(),
+            error: "NoPermission".to_string(),
+        });
+    }
+
+    if has(Call::Memory) {
+        s.memory = Some(Memory {
+            total: g.memory_total,
+            reserved: Some(g.memory_reserved),
+            used: g.used_at(t),
+            free: g.free_at(t),
+        });
+    }
+    if has(Call::Utilization) {
+        s.util_gpu = Some(g.util_gpu.percent_at(t) as f32);
+        s.util_mem = Some(g.util_mem.percent_at(t) as f32);
+    }
+    if has(Call::Temperature) {
+        s.temperature_c = Some(g.temperature.at(t).round().max(0.0) as u32);
+    }
+    if has(Call::TemperatureThreshold) {
+        s.temp_slowdown_c = Some(g.temp_slowdown);
+    }
+    if has(Call::Power) {
+        s.power_watts = Some((g.power.at(t) * 1000.0).round() / 1000.0);
+    }
+    if has(Call::PowerLimit) {
+        s.power_limit_watts = Some(g.power_limit);
+    }
+    if has(Call::Clock) {
+        s.sm_clock_mhz = Some(g.sm_clock.at_u64(t) as u32);
+    }
+    s.slow = SlowReadings {
+        pcie_rx_bytes_per_s: has(Call::PcieThroughput).then(|| g.pcie_rx.at_u64(t) * 1024),
+        pcie_tx_bytes_per_s: has(Call::PcieThroughput).then(|| g.pcie_tx.at_u64(t) * 1024),
+        energy_joules: has(Call::Energy).then(|| g.energy_mj_at(t) as f64 / 1000.0),
+        ecc_uncorrected: has(Call::Ecc).then(|| g.ecc_uncorrected.at_u64(t)),
+        mem_clock_mhz: has(Call::Clock).then(|| g.mem_clock.at_u64(t) as u32),
+        taken_at: Some(taken_at),
+    };
+    if has(Call::MigMode) {
+        s.mig_mode = match g.mig {
+            scenario::MigSpec::Unsupported => None,
+            scenario::MigSpec::Disabled => Some(MigMode::Disabled),
+            scenario::MigSpec::Enabled => Some(MigMode::Enabled),
+        };
+    }
+    if s.mig_mode == Some(MigMode::Enabled) {
+        s.mig_devices = g
+            .mig_devices
+            .iter()
+            .enumerate()
+            .map(|(i, d)| {
+                let used = g.mig_used_at(d, t);
+                MigDeviceSample {
+                    index: i as u32,
+                    uuid: Some(d.uuid(index)),
+                    gpu_instance: Some(d.gpu_instance),
+                    compute_instance: Some(d.compute_instance),
+                    memory: Some(Memory {
+                        total: d.memory_total,
+                        reserved: None,
+                        used,
+                        free: d.memory_total.saturating_sub(used),
+                    }),
+                }
+            })
+            .collect();
+    }
+    let util_known = has(Call::ProcessUtilization);
+    s.processes = g
+        .processes_at(t)
+        .filter(|p| match p.kind {
+            scenario::ProcKind::Compute | scenario::ProcKind::Both => {
+                has(Call::ComputeProcesses)
+            }
+            scenario::ProcKind::Graphics => has(Call::GraphicsProcesses),
+            scenario::ProcKind::Mps => has(Call::MpsProcesses),
+        })
+        .map(|p| ProcSample {
+            pid: p.pid,
+            kind: match p.kind {
+                scenario::ProcKind::Compute | scenario::ProcKind::Mps => ProcKind::Compute,
+                scenario::ProcKind::Graphics => ProcKind::Graphics,
+                scenario::ProcKind::Both => ProcKind::Both,
+            },
+            used_bytes: (!p.used_unavailable).then(|| p.used_at(t)),
+            sm_percent: util_known.then(|| p.sm.percent_at(t) as f32),
+            mem_percent: util_known.then(|| p.mem.percent_at(t) as f32),
+            gpu_instance: p.gpu_instance,
+            compute_instance: p.compute_instance,
+            host: host_at(&p.host, p.start, t),
+        })
+        .collect();
+    s.sort_processes();
+    s
+}
+
+fn host_at(h: &scenario::HostSpec, start: f64, t: f64) -> HostProc {
+    if h.hidden {
+        return HostProc::default();
+    }
+    let now = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    HostProc {
+        visible: true,
+        name: h.name.clone().or_else(|| {
+            h.command
+                .as_deref()
+                .and_then(|c| c.split_whitespace().next())
+                .map(|c| c.rsplit('/').next().unwrap_or(c).to_string())
+        }),
+        command: h.command.clone(),
+        user: h.user.clone(),
+        uid: None,
+        cpu_percent: h.cpu.as_ref().map(|c| c.at(t).max(0.0) as f32),
+        rss_bytes: h.rss.as_ref().map(|r| r.at_u64(t)),
+        // The process started (t - start) scenario seconds ago.
+        start_time: Some(now.saturating_sub((t - start).max(0.0) as u64)),
+        ppid: h.ppid,
+        container: h.container.clone(),
+    }
+}
+
+impl GpuSource for ScriptedSource {
+    fn info(&self) -> SourceInfo {
+        SourceInfo {
+            kind: SourceKind::Demo,
+            host: self
+                .scenario
+                .hostname
+                .clone()
+                .unwrap_or_else(|| "demo".to_string()),
+            driver_version: Some(self.scenario.driver_version.clone()),
+            cuda_version: Some(format!(
+                "{}.{}",
+                self.scenario.cuda_driver_version / 1000,
+                (self.scenario.cuda_driver_version % 1000) / 10
+            )),
+            nvml_version: Some(self.scenario.nvml_version.clone()),
+            detail: self.name.clone(),
+            me: self.scenario.demo_user.clone(),
+        }
+    }
+
+    fn sample(&mut self, probe: &CallProbe) -> Sample {
+        let started = Instant::now();
+        let t = self.now();
+        // Injected slow calls sleep here too, so a hanging source can be shown without a GPU.
+        for (i, g) in self.scenario.gpus.iter().enumerate() {
+            if let Some(delay) = g.faults.delay(Call::Memory, t) {
+                probe.call("memory_info", Some(i as u32), || std::thread::sleep(delay));
+            }
+        }
+        let taken_at = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        let mut sample = self.sample_at(t, taken_at);
+        sample.collect_seconds = started.elapsed().as_secs_f64();
+        sample
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn demo_scenario_parses_and_tells_its_story() {
+        let demo = ScriptedSource::demo().expect("the shipped demo parses");
+        let s = demo.sample_at(120.0, 0.0);
+        assert!(s.gpus.len() >= 3, "several GPUs");
+        let users: BTreeSet<_> = s
+            .gpus
+            .iter()
+            .flat_map(|g| g.processes.iter())
+            .filter_map(|p| p.host.user.clone())
+            .collect();
+        assert!(users.len() >= 2, "an intruder from another user: {users:?}");
+        // One GPU is nearing capacity.
+        assert!(
+            s.gpus.iter().any(|g| g.used_ratio().unwrap_or(0.0) > 0.9),
+            "a GPU nearing capacity"
+        );
+        // Someone leaks: memory grows between two moments.
+        let later = demo.sample_at(300.0, 0.0);
+        let grows = s.gpus.iter().zip(&later.gpus).any(|(a, b)| {
+            a.processes.iter().any(|p| {
+                b.processes.iter().any(|q| {
+                    q.pid == p.pid && q.used_bytes.unwrap_or(0) > p.used_bytes.unwrap_or(0) + (1 << 30)
+                })
+            })
+        });
+        assert!(grows, "a leaking trainer");
+    }
+
+    #[test]
+    fn not_supported_faults_become_unavailable() {
+        let sc = Scenario::parse(
+            r#"
+[[gpu]]
+memory_total = "80GiB"
+faults.not_supported = ["power", "process-utilization"]
+[[gpu.process]]
+pid = 7
+used = "1GiB"
+used_unavailable = true
+sm = 50
+"#,
+        )
+        .expect("valid");
+        let src = ScriptedSource::new(sc, "t");
+        let s = src.sample_at(0.0, 0.0);
+        let g = &s.gpus[0];
+        assert_eq!(g.power_watts, None);
+        assert!(g.temperature_c.is_some());
+        assert_eq!(g.processes[0].sm_percent, None);
+        assert_eq!(g.processes[0].used_bytes, None);
+        assert_eq!(g.unattributed_bytes(), None, "n/a never enters a sum");
+    }
+
+    #[test]
+    fn lost_gpu_is_reported() {
+        let sc = Scenario::parse("[[gpu]]\nmemory_total = \"8GiB\"\nlost_at = 5\n").expect("valid");
+        let src = ScriptedSource::new(sc, "t");
+        assert!(!src.sample_at(1.0, 0.0).gpus[0].lost);
+        let g = &src.sample_at(6.0, 0.0).gpus[0];
+        assert!(g.lost);
+        assert_eq!(g.memory, None);
+    }
+}

@@ -81,6 +81,10 @@ pub struct Scenario {
     /// Host name to report (scripted source only).
     #[serde(default)]
     pub hostname: Option<String>,
+    /// The user the scripted source pretends you are, so the default watched set ("my
+    /// processes") means something in a demo (scripted source only).
+    #[serde(default)]
+    pub demo_user: Option<String>,
     #[serde(default)]
     pub clock: ClockSpec,
     /// The driver is unloaded during this window: `nvmlInit` answers `DRIVER_NOT_LOADED` and

@@ -1,0 +1,386 @@
+//! Runs a parsed command line: resolves settings, opens the source, starts the sampler and
+//! hands frames to the front end the command asked for. Errors are returned with the exit code
+//! they deserve; `main` prints them once.
+
+use std::io::{IsTerminal, Write};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use clap::CommandFactory;
+
+use crate::cli::{Cli, Command, GlobalArgs, PickArgs, RecordArgs, SnapshotArgs};
+use crate::config::{ColorMode, Config, Overrides};
+use crate::model::{Frame, ProcSample};
+use crate::output::{json, table};
+use crate::sampler::{Sampler, SamplerOptions};
+use crate::source::GpuSource;
+use crate::source::nvml::{NvmlOptions, NvmlSource};
+use crate::source::replay::{ReplayOptions, ReplaySource};
+use crate::source::scripted::ScriptedSource;
+use crate::watch::{WatchSet, WatchSpec};
+
+/// A failure with the exit code it maps to.
+#[derive(Debug)]
+pub struct Failure {
+    pub code: u8,
+    pub message: String,
+}
+
+impl Failure {
+    /// Bad input or an environment that cannot work (no driver, bad file): exit 2.
+    pub fn setup(message: impl std::fmt::Display) -> Self {
+        Self {
+            code: 2,
+            message: message.to_string(),
+        }
+    }
+
+    /// The command ran and could not do what was asked: exit 1.
+    pub fn runtime(message: impl std::fmt::Display) -> Self {
+        Self {
+            code: 1,
+            message: message.to_string(),
+        }
+    }
+}
+
+type Result<T> = std::result::Result<T, Failure>;
+
+/// Runs the command line; returns the process exit code.
+pub fn run(cli: Cli) -> Result<u8> {
+    match &cli.command {
+        Some(Command::Completions { shell }) => {
+            let mut cmd = Cli::command();
+            let mut out = Vec::new();
+            clap_complete::generate(*shell, &mut cmd, "gpuwatch", &mut out);
+            write_stdout(&String::from_utf8_lossy(&out))?;
+            return Ok(0);
+        }
+        Some(Command::Man) => {
+            let mut out = Vec::new();
+            clap_mangen::Man::new(Cli::command())
+                .render(&mut out)
+                .map_err(|e| Failure::runtime(format!("cannot render the man page: {e}")))?;
+            write_stdout(&String::from_utf8_lossy(&out))?;
+            return Ok(0);
+        }
+        _ => {}
+    }
+    let config = load_config(&cli)?;
+    match cli.command {
+        Some(Command::PrintConfig) => {
+            write_stdout(&config.to_toml())?;
+            Ok(0)
+        }
+        Some(Command::Snapshot(args)) => snapshot(&cli.global, &config, &args),
+        Some(Command::Pick(args)) => pick(&cli.global, &config, &args),
+        Some(Command::Record(args)) => record(&cli.global, &config, &args),
+        None => top(&cli.global, &config),
+        Some(Command::Completions { .. } | Command::Man) => Ok(0),
+    }
+}
+
+fn load_config(cli: &Cli) -> Result<Config> {
+    let g = &cli.global;
+    let mut overrides = Overrides {
+        interval: g.interval,
+        nvml_library: g.nvml_lib.clone(),
+        watch: (!g.watch.is_empty()).then(|| g.watch.clone()),
+        ..Overrides::default()
+    };
+    if g.no_color || std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty()) {
+        overrides.color = Some(ColorMode::Never);
+    }
+    if let Some(Command::Pick(p)) = &cli.command {
+        overrides.pick_min_free = p.min_free;
+        overrides.pick_count = p.count;
+        overrides.pick_format = p.format;
+    }
+    crate::config::load(g.config.as_deref(), &overrides, &crate::config::process_env())
+        .map_err(Failure::setup)
+}
+
+/// Opens the source the global options ask for.
+pub fn open_source(g: &GlobalArgs, config: &Config, start_at: Option<f64>) -> Result<Box<dyn GpuSource>> {
+    if g.demo {
+        return Ok(Box::new(ScriptedSource::demo().map_err(Failure::setup)?));
+    }
+    if let Some(path) = &g.scenario {
+        return Ok(Box::new(ScriptedSource::load(path).map_err(Failure::setup)?));
+    }
+    if let Some(path) = &g.replay {
+        let opts = ReplayOptions {
+            speed: g.speed,
+            start_at,
+            looped: false,
+        };
+        return Ok(Box::new(ReplaySource::open(path, opts).map_err(Failure::setup)?));
+    }
+    let source = NvmlSource::open(NvmlOptions {
+        library: config.nvml.library.clone(),
+        reinit_backoff_max: config.nvml.reinit_backoff_max,
+    })
+    .map_err(Failure::setup)?;
+    Ok(Box::new(source))
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::runtime(format!("cannot start the async runtime: {e}")))
+}
+
+fn start(g: &GlobalArgs, config: &Config, start_at: Option<f64>, interval: Option<Duration>) -> Result<Sampler> {
+    let source = open_source(g, config, start_at)?;
+    Sampler::spawn(
+        source,
+        SamplerOptions {
+            interval: interval.unwrap_or(config.sampling.interval),
+            slow_interval: config.sampling.slow_interval,
+        },
+    )
+    .map_err(|e| Failure::runtime(format!("cannot start the sampler thread: {e}")))
+}
+
+fn first_frame(rt: &tokio::runtime::Runtime, sampler: &Sampler, config: &Config) -> Result<Arc<Frame>> {
+    rt.block_on(sampler.first_frame(config.sampling.hang_timeout))
+        .map_err(Failure::runtime)
+}
+
+/// The watched set ("mine") for this frame's source.
+fn watch_set(config: &Config, frame: &Frame) -> Result<WatchSet> {
+    let specs = config
+        .watch
+        .specs
+        .iter()
+        .map(|s| WatchSpec::parse(s))
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(Failure::setup)?;
+    let me = frame
+        .source
+        .me
+        .clone()
+        .or_else(crate::source::procinfo::current_user);
+    Ok(WatchSet::new(specs, me))
+}
+
+fn watched_fn(set: &WatchSet) -> impl Fn(&ProcSample) -> bool + '_ {
+    move |p: &ProcSample| set.matches(&p.host, p.pid, &crate::source::procinfo::read_ppid)
+}
+
+fn color(config: &Config) -> bool {
+    match config.display.color {
+        ColorMode::Always => true,
+        ColorMode::Never => false,
+        ColorMode::Auto => std::io::stdout().is_terminal(),
+    }
+}
+
+fn now_unix() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Resolves `--gpu` values (index or UUID, or a unique UUID prefix) to NVML indices.
+fn select_gpus(frame: &Frame, wanted: &[String]) -> Result<Vec<u32>> {
+    let mut out = Vec::new();
+    for w in wanted {
+        let w = w.trim();
+        let found = if let Ok(i) = w.parse::<u32>() {
+            frame.sample.gpus.iter().find(|g| g.index == i)
+        } else {
+            let hits: Vec<_> = frame
+                .sample
+                .gpus
+                .iter()
+                .filter(|g| g.uuid.eq_ignore_ascii_case(w) || g.uuid.starts_with(w))
+                .collect();
+            if hits.len() > 1 {
+                return Err(Failure::setup(format!(
+                    "--gpu '{w}' matches {} GPUs; give more of the UUID",
+                    hits.len()
+                )));
+            }
+            hits.first().copied()
+        };
+        match found {
+            Some(g) => out.push(g.index),
+            None => {
+                let known: Vec<String> = frame
+                    .sample
+                    .gpus
+                    .iter()
+                    .map(|g| format!("{} ({})", g.index, g.uuid))
+                    .collect();
+                return Err(Failure::setup(format!(
+                    "--gpu '{w}' is not a GPU here (expected an index or UUID among: {})",
+                    known.join(", ")
+                )));
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn snapshot(g: &GlobalArgs, config: &Config, args: &SnapshotArgs) -> Result<u8> {
+    let rt = runtime()?;
+    let sampler = start(g, config, args.at, None)?;
+    let frame = first_frame(&rt, &sampler, config)?;
+    let gpus = select_gpus(&frame, &args.gpu)?;
+    let set = watch_set(config, &frame)?;
+    let watched = watched_fn(&set);
+    let text = if args.json {
+        let snap = json::snapshot(&frame, &gpus, &watched, now_unix());
+        let mut s = serde_json::to_string_pretty(&snap)
+            .map_err(|e| Failure::runtime(format!("cannot encode JSON: {e}")))?;
+        s.push('\n');
+        s
+    } else {
+        table::render(&frame, &watched, now_unix(), &table_options(config, gpus))
+    };
+    write_stdout(&text)?;
+    Ok(0)
+}
+
+fn table_options(config: &Config, gpus: Vec<u32>) -> table::TableOptions {
+    let tty = std::io::stdout().is_terminal();
+    table::TableOptions {
+        color: color(config),
+        width: tty
+            .then(|| crossterm::terminal::size().ok().map(|(w, _)| usize::from(w)))
+            .flatten(),
+        gpus,
+        unattributed_min: config.snapshot.show_unattributed_min,
+        ..table::TableOptions::default()
+    }
+}
+
+fn pick(g: &GlobalArgs, config: &Config, _args: &PickArgs) -> Result<u8> {
+    let rt = runtime()?;
+    let sampler = start(g, config, None, None)?;
+    let frame = first_frame(&rt, &sampler, config)?;
+    let p = &config.pick;
+    match crate::pick::pick(&frame.sample, p.min_free, p.count as usize) {
+        Ok(gpus) => {
+            write_stdout(&format!("{}\n", crate::pick::format(&gpus, p.format)))?;
+            Ok(0)
+        }
+        Err(e) => Err(Failure::runtime(e)),
+    }
+}
+
+fn record(g: &GlobalArgs, config: &Config, args: &RecordArgs) -> Result<u8> {
+    let file = open_new(&args.file, args.force)?;
+    let rt = runtime()?;
+    let sampler = start(g, config, None, None)?;
+    let first = first_frame(&rt, &sampler, config)?;
+    let mut recorder = crate::record::Recorder::new(
+        std::io::BufWriter::new(file),
+        &first.source,
+        config.sampling.interval,
+    )
+    .map_err(|e| Failure::runtime(format!("cannot write '{}': {e}", args.file.display())))?;
+    let deadline = args.duration.map(|d| tokio::time::Instant::now() + d);
+    let mut rx = sampler.frames();
+    let mut written = 0u64;
+    let mut last_seq = 0u64;
+    let outcome: std::io::Result<()> = rt.block_on(async {
+        loop {
+            let frame = rx.borrow_and_update().clone();
+            if let Some(frame) = frame
+                && frame.seq != last_seq
+            {
+                last_seq = frame.seq;
+                recorder.write(&frame.sample)?;
+                written += 1;
+                if args.samples.is_some_and(|n| written >= n) {
+                    return Ok(());
+                }
+            }
+            let until = async {
+                match deadline {
+                    Some(d) => tokio::time::sleep_until(d).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                changed = rx.changed() => if changed.is_err() { return Ok(()) },
+                _ = tokio::signal::ctrl_c() => return Ok(()),
+                () = until => return Ok(()),
+            }
+        }
+    });
+    outcome.map_err(|e| Failure::runtime(format!("cannot write '{}': {e}", args.file.display())))?;
+    eprintln!("gpuwatch: recorded {written} samples to {}", args.file.display());
+    Ok(0)
+}
+
+fn open_new(path: &Path, force: bool) -> Result<std::fs::File> {
+    let mut opts = std::fs::OpenOptions::new();
+    opts.write(true);
+    if force {
+        opts.create(true).truncate(true);
+    } else {
+        opts.create_new(true);
+    }
+    opts.open(path).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::AlreadyExists {
+            Failure::setup(format!(
+                "'{}' already exists; pass --force to replace it (a recording is never overwritten silently)",
+                path.display()
+            ))
+        } else {
+            Failure::setup(format!("cannot create '{}': {e}", path.display()))
+        }
+    })
+}
+
+/// Until the dashboard lands: the snapshot table, redrawn on every frame.
+fn top(g: &GlobalArgs, config: &Config) -> Result<u8> {
+    let rt = runtime()?;
+    let sampler = start(g, config, None, None)?;
+    let first = first_frame(&rt, &sampler, config)?;
+    let set = watch_set(config, &first)?;
+    let watched = watched_fn(&set);
+    let tty = std::io::stdout().is_terminal();
+    let mut rx = sampler.frames();
+    rt.block_on(async {
+        loop {
+            let frame = rx.borrow_and_update().clone();
+            if let Some(frame) = frame {
+                let mut text = String::new();
+                if tty {
+                    // Home + clear: redraw in place.
+                    text.push_str("\x1b[H\x1b[2J");
+                }
+                text.push_str(&table::render(
+                    &frame,
+                    &watched,
+                    now_unix(),
+                    &table_options(config, Vec::new()),
+                ));
+                if tty {
+                    text.push_str("\n(Ctrl-C to quit; the full dashboard is on its way)\n");
+                }
+                write_stdout(&text)?;
+            }
+            tokio::select! {
+                changed = rx.changed() => if changed.is_err() { return Ok(0) },
+                _ = tokio::signal::ctrl_c() => return Ok(0),
+            }
+        }
+    })
+}
+
+/// Writes to stdout; a closed pipe (`| head`) ends the program quietly.
+fn write_stdout(text: &str) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+        Err(e) => Err(Failure::runtime(format!("cannot write to stdout: {e}"))),
+    }
+}

@@ -1,0 +1,167 @@
+//! The command line (clap derive). Parsing has no side effects; `app` resolves it against the
+//! config file into what each command needs.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::pick::PickFormat;
+
+/// A live GPU monitor: who holds this VRAM, is it growing, will my job fit.
+#[derive(Debug, Parser)]
+#[command(name = "gpuwatch", version, about, long_about = None)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+/// Options every command understands.
+#[derive(Debug, Args, Default)]
+pub struct GlobalArgs {
+    /// Read settings from this file instead of `$XDG_CONFIG_HOME/gpuwatch/config.toml`.
+    #[arg(long, global = true, value_name = "PATH")]
+    pub config: Option<PathBuf>,
+    /// Use the built-in simulated GPUs instead of the driver (no GPU needed).
+    #[arg(long, global = true, conflicts_with_all = ["replay", "scenario"])]
+    pub demo: bool,
+    /// Use simulated GPUs from this scenario file (the format of `assets/scenarios/demo.toml`).
+    #[arg(long, global = true, value_name = "FILE", conflicts_with = "replay")]
+    pub scenario: Option<PathBuf>,
+    /// Play back a recording made by `gpuwatch record`.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub replay: Option<PathBuf>,
+    /// Replay speed: 1 = as recorded, 10 = ten times faster, 0 = as fast as possible.
+    #[arg(long, global = true, value_name = "X", default_value_t = 1.0, value_parser = parse_speed)]
+    pub speed: f64,
+    /// Fast sampling interval (memory, utilisation, processes), 100ms to 60s.
+    #[arg(long, global = true, value_name = "DURATION", value_parser = parse_interval)]
+    pub interval: Option<Duration>,
+    /// Path of the NVML library (default: the system's libnvidia-ml.so.1).
+    #[arg(long, global = true, value_name = "PATH", env = "GPUWATCH_NVML_LIB")]
+    pub nvml_lib: Option<PathBuf>,
+    /// Never colour the output (the `NO_COLOR` environment variable does the same).
+    #[arg(long, global = true)]
+    pub no_color: bool,
+    /// Processes that are "mine": `pid:N` (with descendants), `user:NAME`, `cmd:REGEX`.
+    /// Repeatable. Default: the invoking user's processes.
+    #[arg(long = "watch", global = true, value_name = "SPEC")]
+    pub watch: Vec<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Every GPU and every process holding memory on it, once.
+    Snapshot(SnapshotArgs),
+    /// Print the best GPU(s) for a new job: most free memory, then least utilisation.
+    Pick(PickArgs),
+    /// Record samples to a file that `--replay FILE` plays back.
+    Record(RecordArgs),
+    /// Print the effective configuration (defaults, file and command line merged).
+    PrintConfig,
+    /// Print shell completions.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff).
+    Man,
+}
+
+#[derive(Debug, Args, Default)]
+pub struct SnapshotArgs {
+    /// Print JSON (schema: docs/snapshot-json.md) instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Show only these GPUs (NVML index or UUID); repeatable.
+    #[arg(long, value_name = "GPU")]
+    pub gpu: Vec<String>,
+    /// With --replay: the moment to show, in seconds from the recording's start.
+    #[arg(long, value_name = "SECONDS", requires = "replay")]
+    pub at: Option<f64>,
+}
+
+#[derive(Debug, Args, Default)]
+pub struct PickArgs {
+    /// Only GPUs with at least this much free memory (e.g. 20GiB).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub min_free: Option<u64>,
+    /// How many GPUs to pick.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub count: Option<u32>,
+    /// Output format.
+    #[arg(long, value_enum)]
+    pub format: Option<PickFormat>,
+}
+
+#[derive(Debug, Args)]
+pub struct RecordArgs {
+    /// The file to write (JSON lines, docs/recording-format.md).
+    pub file: PathBuf,
+    /// Stop after this long (e.g. 10m); default: until interrupted.
+    #[arg(long, value_name = "DURATION", value_parser = parse_any_duration)]
+    pub duration: Option<Duration>,
+    /// Stop after this many samples.
+    #[arg(long, value_name = "N")]
+    pub samples: Option<u64>,
+    /// Replace FILE if it exists.
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// `100ms` … `60s`.
+pub fn parse_interval(text: &str) -> Result<Duration, String> {
+    let d = parse_any_duration(text)?;
+    if d < Duration::from_millis(100) || d > Duration::from_secs(60) {
+        return Err(format!("'{text}' is out of range (expected 100ms to 60s)"));
+    }
+    Ok(d)
+}
+
+/// Any duration humantime reads (`250ms`, `2s`, `5m`).
+pub fn parse_any_duration(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text.trim())
+        .map_err(|e| format!("'{text}' is not a duration ({e}; expected e.g. 500ms, 2s, 1m)"))
+}
+
+/// A size such as `20GiB`, `512MiB`, `0`.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    scenario::parse_size(text)
+        .map_err(|e| format!("'{text}' is not a size ({e}; expected e.g. 512MiB, 20GiB)"))
+}
+
+fn parse_speed(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(v) if v >= 0.0 && v.is_finite() => Ok(v),
+        _ => Err(format!(
+            "'{text}' is not a speed (expected a number ≥ 0: 1 = as recorded, 0 = as fast as possible)"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn interval_range_is_enforced() {
+        assert_eq!(parse_interval("250ms"), Ok(Duration::from_millis(250)));
+        assert!(parse_interval("50ms").unwrap_err().contains("100ms to 60s"));
+        assert!(parse_interval("2m").is_err());
+        assert!(parse_interval("soon").unwrap_err().contains("not a duration"));
+    }
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_size("20GiB"), Ok(20 << 30));
+        assert!(parse_size("big").is_err());
+    }
+}

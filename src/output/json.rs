@@ -1,0 +1,248 @@
+//! The `snapshot --json` schema (version 1), documented in `docs/snapshot-json.md`.
+//!
+//! Its own types, separate from the internal model, so the model can change without breaking
+//! scripts: bytes are integers, percentages are numbers, `null` means unavailable. New fields
+//! may be added within a schema version; nothing is renamed or removed without a new version.
+
+use serde::Serialize;
+
+use super::WatchedFn;
+use crate::model::{Frame, GpuSample, MigMode, ProcSample};
+
+/// Bumped when a field changes meaning, type or name, or is removed.
+pub const SCHEMA_VERSION: u32 = 1;
+
+#[derive(Debug, Serialize)]
+pub struct Snapshot {
+    pub schema_version: u32,
+    pub host: String,
+    pub source: Source,
+    /// RFC 3339, UTC.
+    pub taken_at: String,
+    pub taken_at_unix: f64,
+    /// Seconds since the sampler published this frame.
+    pub age_seconds: f64,
+    pub stale: bool,
+    pub errors: Vec<Error>,
+    pub gpus: Vec<Gpu>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Source {
+    pub kind: String,
+    pub detail: String,
+    pub driver_version: Option<String>,
+    pub cuda_version: Option<String>,
+    pub nvml_version: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Error {
+    pub call: String,
+    pub error: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct MemoryJson {
+    pub total_bytes: u64,
+    pub reserved_bytes: Option<u64>,
+    pub used_bytes: u64,
+    pub free_bytes: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Gpu {
+    pub index: u32,
+    pub uuid: String,
+    pub name: Option<String>,
+    pub pci_bus_id: Option<String>,
+    pub lost: bool,
+    pub memory: Option<MemoryJson>,
+    /// `used − Σ process memory`; `null` when a process's memory is unavailable.
+    pub unattributed_bytes: Option<u64>,
+    /// Memory of watched processes ("mine").
+    pub mine_bytes: Option<u64>,
+    /// Everything else in `used`, unattributed memory included.
+    pub external_bytes: Option<u64>,
+    pub utilization_percent: Option<f32>,
+    pub memory_bandwidth_percent: Option<f32>,
+    pub temperature_celsius: Option<u32>,
+    pub temperature_slowdown_celsius: Option<u32>,
+    pub power_watts: Option<f64>,
+    pub power_limit_watts: Option<f64>,
+    pub sm_clock_mhz: Option<u32>,
+    pub memory_clock_mhz: Option<u32>,
+    pub pcie_rx_bytes_per_second: Option<u64>,
+    pub pcie_tx_bytes_per_second: Option<u64>,
+    pub energy_joules: Option<f64>,
+    pub ecc_uncorrected_volatile: Option<u64>,
+    /// `"enabled"`, `"disabled"`, or `null` when the board has no MIG.
+    pub mig_mode: Option<String>,
+    pub mig_devices: Vec<MigDevice>,
+    pub errors: Vec<Error>,
+    pub processes: Vec<Process>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct MigDevice {
+    pub index: u32,
+    pub uuid: Option<String>,
+    pub gpu_instance: Option<u32>,
+    pub compute_instance: Option<u32>,
+    pub memory: Option<MemoryJson>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Process {
+    pub pid: u32,
+    /// `"C"`, `"G"` or `"C+G"`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub used_bytes: Option<u64>,
+    pub sm_percent: Option<f32>,
+    pub memory_bandwidth_percent: Option<f32>,
+    pub gpu_instance: Option<u32>,
+    pub compute_instance: Option<u32>,
+    /// In the watched set ("mine").
+    pub watched: bool,
+    /// Whether this host's `/proc` shows the PID.
+    pub visible: bool,
+    pub name: Option<String>,
+    pub command: Option<String>,
+    pub user: Option<String>,
+    pub cpu_percent: Option<f32>,
+    pub rss_bytes: Option<u64>,
+    /// Unix seconds.
+    pub start_time: Option<u64>,
+    pub elapsed_seconds: Option<u64>,
+    pub ppid: Option<u32>,
+    pub container: Option<String>,
+}
+
+fn memory(m: Option<crate::model::Memory>) -> Option<MemoryJson> {
+    m.map(|m| MemoryJson {
+        total_bytes: m.total,
+        reserved_bytes: m.reserved,
+        used_bytes: m.used,
+        free_bytes: m.free,
+    })
+}
+
+fn errors(list: &[crate::model::CallError]) -> Vec<Error> {
+    list.iter()
+        .map(|e| Error {
+            call: e.call.clone(),
+            error: e.error.clone(),
+        })
+        .collect()
+}
+
+/// The memory of watched processes and everything else (`None` when a process is n/a).
+pub fn split_mine(gpu: &GpuSample, watched: WatchedFn<'_>) -> Option<(u64, u64)> {
+    let used = gpu.memory?.used;
+    let mut mine = 0u64;
+    for p in gpu.processes.iter().filter(|p| watched(p)) {
+        mine = mine.saturating_add(p.used_bytes?);
+    }
+    Some((mine, used.saturating_sub(mine)))
+}
+
+fn process(p: &ProcSample, now_unix: u64, watched: WatchedFn<'_>) -> Process {
+    Process {
+        pid: p.pid,
+        kind: p.kind.label().to_string(),
+        used_bytes: p.used_bytes,
+        sm_percent: p.sm_percent,
+        memory_bandwidth_percent: p.mem_percent,
+        gpu_instance: p.gpu_instance,
+        compute_instance: p.compute_instance,
+        watched: watched(p),
+        visible: p.host.visible,
+        name: p.host.name.clone(),
+        command: p.host.command.clone(),
+        user: p.host.user.clone(),
+        cpu_percent: p.host.cpu_percent,
+        rss_bytes: p.host.rss_bytes,
+        start_time: p.host.start_time,
+        elapsed_seconds: p.host.start_time.map(|s| now_unix.saturating_sub(s)),
+        ppid: p.host.ppid,
+        container: p.host.container.clone(),
+    }
+}
+
+/// Builds the schema from a frame. `gpus` selects GPUs (all when empty).
+pub fn snapshot(frame: &Frame, gpus: &[u32], watched: WatchedFn<'_>, now_unix: u64) -> Snapshot {
+    let info = &frame.source;
+    let sample = &frame.sample;
+    Snapshot {
+        schema_version: SCHEMA_VERSION,
+        host: info.host.clone(),
+        source: Source {
+            kind: info.kind.to_string(),
+            detail: info.detail.clone(),
+            driver_version: info.driver_version.clone(),
+            cuda_version: info.cuda_version.clone(),
+            nvml_version: info.nvml_version.clone(),
+        },
+        taken_at: humantime::format_rfc3339_millis(sample.taken_at_system()).to_string(),
+        taken_at_unix: sample.taken_at,
+        age_seconds: frame.age().as_secs_f64(),
+        stale: frame.is_stale(),
+        errors: errors(&sample.errors),
+        gpus: sample
+            .gpus
+            .iter()
+            .filter(|g| gpus.is_empty() || gpus.contains(&g.index))
+            .map(|g| {
+                let split = split_mine(g, watched);
+                Gpu {
+                    index: g.index,
+                    uuid: g.uuid.clone(),
+                    name: g.name.clone(),
+                    pci_bus_id: g.pci_bus_id.clone(),
+                    lost: g.lost,
+                    memory: memory(g.memory),
+                    unattributed_bytes: g.unattributed_bytes(),
+                    mine_bytes: split.map(|s| s.0),
+                    external_bytes: split.map(|s| s.1),
+                    utilization_percent: g.util_gpu,
+                    memory_bandwidth_percent: g.util_mem,
+                    temperature_celsius: g.temperature_c,
+                    temperature_slowdown_celsius: g.temp_slowdown_c,
+                    power_watts: g.power_watts,
+                    power_limit_watts: g.power_limit_watts,
+                    sm_clock_mhz: g.sm_clock_mhz,
+                    memory_clock_mhz: g.slow.mem_clock_mhz,
+                    pcie_rx_bytes_per_second: g.slow.pcie_rx_bytes_per_s,
+                    pcie_tx_bytes_per_second: g.slow.pcie_tx_bytes_per_s,
+                    energy_joules: g.slow.energy_joules,
+                    ecc_uncorrected_volatile: g.slow.ecc_uncorrected,
+                    mig_mode: g.mig_mode.map(|m| {
+                        match m {
+                            MigMode::Enabled => "enabled",
+                            MigMode::Disabled => "disabled",
+                        }
+                        .to_string()
+                    }),
+                    mig_devices: g
+                        .mig_devices
+                        .iter()
+                        .map(|d| MigDevice {
+                            index: d.index,
+                            uuid: d.uuid.clone(),
+                            gpu_instance: d.gpu_instance,
+                            compute_instance: d.compute_instance,
+                            memory: memory(d.memory),
+                        })
+                        .collect(),
+                    errors: errors(&g.errors),
+                    processes: g
+                        .processes
+                        .iter()
+                        .map(|p| process(p, now_unix, watched))
+                        .collect(),
+                }
+            })
+            .collect(),
+    }
+}

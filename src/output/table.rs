@@ -1,0 +1,357 @@
+//! The readable `snapshot` table.
+//!
+//! ```text
+//! demo-node · demo (built-in demo) · driver 580.159.04 · CUDA 13.0 · 2026-11-29T19:52:03Z
+//!
+//! GPU 0  NVIDIA H200  00000000:19:00.0  [███████░░░░░░░░░░░░░]  35.0GiB / 140.4GiB  25%
+//!        util 94%  mem-bw 41%  61°C (slows at 87°C)  520/700 W  1980 MHz  PCIe rx 2.3GB/s tx 310MB/s
+//!      PID  USER   TYPE  GPU-MEM  SM%  CPU%      RSS  ELAPSED  CONTAINER  COMMAND
+//!   * 2101  alice  C     31.0GiB   92   310  14.0GiB    30:00  -          python train.py …
+//!    91234  -      C      4.0GiB    0     -        -        -  -          (not visible here)
+//!           unattributed  0MiB
+//! ```
+//!
+//! `*` marks watched processes ("mine"), so the marker survives `--no-color`.
+
+use std::fmt::Write as _;
+
+use anstyle::{AnsiColor, Style};
+
+use super::json::split_mine;
+use super::{WatchedFn, fmt_bytes, fmt_elapsed, fmt_rate, or_na};
+use crate::model::{Frame, GpuSample, ProcSample};
+
+/// How to draw the table.
+#[derive(Debug, Clone)]
+pub struct TableOptions {
+    pub color: bool,
+    /// Widest line; the command column is cut to fit. `None`: never cut.
+    pub width: Option<usize>,
+    /// GPUs to show (all when empty), by NVML index.
+    pub gpus: Vec<u32>,
+    /// The unattributed row is shown from this many bytes on.
+    pub unattributed_min: u64,
+    /// Width of the memory bar in cells.
+    pub bar_width: usize,
+}
+
+impl Default for TableOptions {
+    fn default() -> Self {
+        Self {
+            color: false,
+            width: None,
+            gpus: Vec::new(),
+            unattributed_min: 1 << 20,
+            bar_width: 20,
+        }
+    }
+}
+
+struct Painter {
+    color: bool,
+}
+
+impl Painter {
+    fn paint(&self, style: Style, text: &str) -> String {
+        if self.color {
+            format!("{style}{text}{style:#}")
+        } else {
+            text.to_string()
+        }
+    }
+}
+
+fn fg(c: AnsiColor) -> Style {
+    Style::new().fg_color(Some(c.into()))
+}
+
+/// Renders the whole table.
+pub fn render(frame: &Frame, watched: WatchedFn<'_>, now_unix: u64, opts: &TableOptions) -> String {
+    let p = Painter { color: opts.color };
+    let info = &frame.source;
+    let sample = &frame.sample;
+    let mut out = String::new();
+    let mut head = vec![
+        info.host.clone(),
+        format!("{} ({})", info.kind, info.detail),
+    ];
+    if let Some(d) = &info.driver_version {
+        head.push(format!("driver {d}"));
+    }
+    if let Some(c) = &info.cuda_version {
+        head.push(format!("CUDA {c}"));
+    }
+    head.push(humantime::format_rfc3339_seconds(sample.taken_at_system()).to_string());
+    let _ = writeln!(out, "{}", p.paint(Style::new().bold(), &head.join(" · ")));
+    if frame.is_stale() {
+        let _ = writeln!(
+            out,
+            "{}",
+            p.paint(
+                fg(AnsiColor::Red).bold(),
+                &format!("STALE: this sample is {:.1} s old", frame.age().as_secs_f64())
+            )
+        );
+    }
+    for e in &sample.errors {
+        let _ = writeln!(
+            out,
+            "{}",
+            p.paint(fg(AnsiColor::Red), &format!("! {}: {}", e.call, e.error))
+        );
+    }
+    let shown: Vec<&GpuSample> = sample
+        .gpus
+        .iter()
+        .filter(|g| opts.gpus.is_empty() || opts.gpus.contains(&g.index))
+        .collect();
+    if shown.is_empty() {
+        let _ = writeln!(out, "\nno GPU to show");
+    }
+    for g in shown {
+        out.push('\n');
+        render_gpu(&mut out, &p, g, watched, now_unix, opts);
+    }
+    out
+}
+
+fn render_gpu(
+    out: &mut String,
+    p: &Painter,
+    g: &GpuSample,
+    watched: WatchedFn<'_>,
+    now_unix: u64,
+    opts: &TableOptions,
+) {
+    let title = format!(
+        "GPU {}  {}  {}",
+        g.index,
+        g.name.as_deref().unwrap_or("n/a"),
+        g.pci_bus_id.as_deref().unwrap_or(&g.uuid)
+    );
+    if g.lost {
+        let _ = writeln!(
+            out,
+            "{}  {}",
+            p.paint(Style::new().bold(), &title),
+            p.paint(
+                fg(AnsiColor::Red).bold(),
+                "LOST: the GPU fell off the bus or is being reset"
+            )
+        );
+        for e in &g.errors {
+            let _ = writeln!(out, "       ! {}: {}", e.call, e.error);
+        }
+        return;
+    }
+    let mem = match g.memory {
+        Some(m) => {
+            let ratio = if m.total > 0 {
+                m.used as f64 / m.total as f64
+            } else {
+                0.0
+            };
+            let style = if ratio >= 0.9 {
+                fg(AnsiColor::Red)
+            } else if ratio >= 0.75 {
+                fg(AnsiColor::Yellow)
+            } else {
+                fg(AnsiColor::Green)
+            };
+            let filled = ((ratio * opts.bar_width as f64).round() as usize).min(opts.bar_width);
+            let bar = format!(
+                "[{}{}]",
+                p.paint(style, &"█".repeat(filled)),
+                "░".repeat(opts.bar_width - filled)
+            );
+            format!(
+                "{bar}  {} / {}  {}",
+                fmt_bytes(m.used),
+                fmt_bytes(m.total),
+                p.paint(style, &format!("{:.0}%", ratio * 100.0))
+            )
+        }
+        None => "memory n/a".to_string(),
+    };
+    let _ = writeln!(out, "{}  {mem}", p.paint(Style::new().bold(), &title));
+
+    let mut facts = vec![
+        format!("util {}", or_na(g.util_gpu, |v| format!("{v:.0}%"))),
+        format!("mem-bw {}", or_na(g.util_mem, |v| format!("{v:.0}%"))),
+    ];
+    let temp = or_na(g.temperature_c, |t| format!("{t}°C"));
+    let temp = match (g.temperature_c, g.temp_slowdown_c) {
+        (Some(t), Some(s)) if t + 5 >= s => p.paint(
+            fg(AnsiColor::Red),
+            &format!("{temp} (slows at {s}°C)"),
+        ),
+        (_, Some(s)) => format!("{temp} (slows at {s}°C)"),
+        _ => temp,
+    };
+    facts.push(temp);
+    facts.push(format!(
+        "{}/{} W",
+        or_na(g.power_watts, |w| format!("{w:.0}")),
+        or_na(g.power_limit_watts, |w| format!("{w:.0}"))
+    ));
+    facts.push(or_na(g.sm_clock_mhz, |c| format!("{c} MHz")));
+    if g.slow.pcie_rx_bytes_per_s.is_some() || g.slow.pcie_tx_bytes_per_s.is_some() {
+        facts.push(format!(
+            "PCIe rx {} tx {}",
+            or_na(g.slow.pcie_rx_bytes_per_s, fmt_rate),
+            or_na(g.slow.pcie_tx_bytes_per_s, fmt_rate)
+        ));
+    }
+    if let Some(mode) = g.mig_mode {
+        if mode == crate::model::MigMode::Enabled {
+            facts.push(format!("MIG on ({} devices)", g.mig_devices.len()));
+        }
+    }
+    if let Some((mine, external)) = split_mine(g, watched) {
+        facts.push(format!("mine {} external {}", fmt_bytes(mine), fmt_bytes(external)));
+    }
+    let _ = writeln!(out, "       {}", facts.join("  "));
+    for e in &g.errors {
+        let _ = writeln!(
+            out,
+            "       {}",
+            p.paint(fg(AnsiColor::Red), &format!("! {}: {}", e.call, e.error))
+        );
+    }
+    for d in &g.mig_devices {
+        let _ = writeln!(
+            out,
+            "       MIG {}  {}  {}",
+            d.index,
+            d.uuid.as_deref().unwrap_or("n/a"),
+            d.memory.map_or_else(
+                || "memory n/a".to_string(),
+                |m| format!("{} / {}", fmt_bytes(m.used), fmt_bytes(m.total))
+            )
+        );
+    }
+
+    let rows: Vec<Row> = g
+        .processes
+        .iter()
+        .map(|proc| Row::of(proc, watched(proc), now_unix))
+        .collect();
+    let unattributed = g.unattributed_bytes();
+    let show_unattributed = match unattributed {
+        Some(b) => b >= opts.unattributed_min,
+        None => g.memory.is_some() && !g.processes.is_empty(),
+    };
+    if rows.is_empty() && !show_unattributed {
+        let _ = writeln!(out, "       no processes");
+        return;
+    }
+    render_rows(out, p, &rows, opts);
+    if show_unattributed {
+        let text = match unattributed {
+            Some(b) => format!(
+                "{}  {}  (used by no process visible here: other containers or the driver)",
+                "unattributed",
+                fmt_bytes(b)
+            ),
+            None => "unattributed  n/a (a process's memory is not available)".to_string(),
+        };
+        let _ = writeln!(out, "         {}", p.paint(fg(AnsiColor::Magenta), &text));
+    }
+}
+
+struct Row {
+    watched: bool,
+    visible: bool,
+    cells: [String; 10],
+}
+
+const HEADERS: [&str; 10] = [
+    "PID", "USER", "TYPE", "GPU-MEM", "SM%", "CPU%", "RSS", "ELAPSED", "CONTAINER", "COMMAND",
+];
+/// Columns aligned right (numbers).
+const RIGHT: [bool; 10] = [true, false, false, true, true, true, true, true, false, false];
+
+impl Row {
+    fn of(p: &ProcSample, watched: bool, now_unix: u64) -> Self {
+        let h = &p.host;
+        let dash = || "-".to_string();
+        let command = if h.visible {
+            h.command
+                .clone()
+                .filter(|c| !c.is_empty())
+                .or_else(|| h.name.clone())
+                .unwrap_or_else(dash)
+        } else {
+            "(not visible here: another container or PID namespace)".to_string()
+        };
+        Self {
+            watched,
+            visible: h.visible,
+            cells: [
+                p.pid.to_string(),
+                h.user.clone().unwrap_or_else(dash),
+                p.kind.label().to_string(),
+                or_na(p.used_bytes, fmt_bytes),
+                or_na(p.sm_percent, |v| format!("{v:.0}")),
+                h.cpu_percent.map_or_else(dash, |v| format!("{v:.0}")),
+                h.rss_bytes.map_or_else(dash, fmt_bytes),
+                h.start_time
+                    .map_or_else(dash, |s| fmt_elapsed(now_unix.saturating_sub(s))),
+                h.container.clone().unwrap_or_else(dash),
+                command,
+            ],
+        }
+    }
+}
+
+fn render_rows(out: &mut String, p: &Painter, rows: &[Row], opts: &TableOptions) {
+    let mut widths: Vec<usize> = HEADERS.iter().map(|h| h.chars().count()).collect();
+    for r in rows {
+        for (w, c) in widths.iter_mut().zip(&r.cells) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let indent = "   ";
+    // Everything before the command column: indent, marker, cells and two-space gaps.
+    let fixed: usize = indent.len() + 2 + widths[..9].iter().map(|w| w + 2).sum::<usize>();
+    let command_room = opts
+        .width
+        .map(|w| w.saturating_sub(fixed).max(12));
+    let line = |marker: &str, cells: &[String]| -> String {
+        let mut s = format!("{indent}{marker} ");
+        for (i, c) in cells.iter().enumerate() {
+            if i == 9 {
+                s.push_str(&cut(c, command_room));
+            } else if RIGHT[i] {
+                let _ = write!(s, "{c:>w$}  ", w = widths[i]);
+            } else {
+                let _ = write!(s, "{c:<w$}  ", w = widths[i]);
+            }
+        }
+        s.trim_end().to_string()
+    };
+    let header: Vec<String> = HEADERS.iter().map(ToString::to_string).collect();
+    let _ = writeln!(out, "{}", p.paint(Style::new().dimmed(), &line(" ", &header)));
+    for r in rows {
+        let text = line(if r.watched { "*" } else { " " }, &r.cells);
+        let style = if r.watched {
+            Style::new().bold()
+        } else if r.visible {
+            Style::new()
+        } else {
+            Style::new().dimmed()
+        };
+        let _ = writeln!(out, "{}", p.paint(style, &text));
+    }
+}
+
+fn cut(text: &str, room: Option<usize>) -> String {
+    match room {
+        Some(room) if text.chars().count() > room => {
+            let mut s: String = text.chars().take(room.saturating_sub(1)).collect();
+            s.push('…');
+            s
+        }
+        _ => text.to_string(),
+    }
+}

@@ -1,0 +1,156 @@
+//! `gpuwatch pick`: the best GPU(s) for a new job — most free memory, then least utilisation.
+
+use crate::model::{GpuSample, MigMode, Sample};
+
+/// How `pick` prints its answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PickFormat {
+    /// NVML indices, comma-separated (beware: CUDA ordinals differ unless
+    /// `CUDA_DEVICE_ORDER=PCI_BUS_ID`).
+    Index,
+    /// UUIDs, comma-separated.
+    Uuid,
+    /// `CUDA_VISIBLE_DEVICES=GPU-…` ready for `export` or `env`.
+    #[default]
+    Env,
+}
+
+/// Why no answer could be given.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum PickError {
+    #[error("no GPU has {need} free{best}", need = crate::output::fmt_bytes(*.min_free), best = best_text(.best.as_ref()))]
+    NoneFits {
+        min_free: u64,
+        /// The best candidate that did not fit: (index, free bytes).
+        best: Option<(u32, u64)>,
+        wanted: usize,
+        fitting: usize,
+    },
+}
+
+fn best_text(best: Option<&(u32, u64)>) -> String {
+    match best {
+        Some((i, free)) => format!(
+            " (the most free is GPU {i} with {})",
+            crate::output::fmt_bytes(*free)
+        ),
+        None => " (no GPU reports its memory)".to_string(),
+    }
+}
+
+/// A GPU that can take work: not lost, memory known, not split into MIG devices.
+fn candidate(g: &GpuSample) -> Option<u64> {
+    if g.lost || g.mig_mode == Some(MigMode::Enabled) {
+        return None;
+    }
+    g.memory.map(|m| m.free)
+}
+
+/// The `count` best GPUs with at least `min_free` bytes free, best first.
+pub fn pick(sample: &Sample, min_free: u64, count: usize) -> Result<Vec<&GpuSample>, PickError> {
+    let mut ranked: Vec<(&GpuSample, u64)> = sample
+        .gpus
+        .iter()
+        .filter_map(|g| candidate(g).map(|free| (g, free)))
+        .collect();
+    ranked.sort_by(|(a, fa), (b, fb)| {
+        fb.cmp(fa)
+            .then_with(|| {
+                let ua = a.util_gpu.unwrap_or(f32::MAX);
+                let ub = b.util_gpu.unwrap_or(f32::MAX);
+                ua.total_cmp(&ub)
+            })
+            .then(a.index.cmp(&b.index))
+    });
+    let best = ranked.first().map(|(g, free)| (g.index, *free));
+    let fitting: Vec<&GpuSample> = ranked
+        .into_iter()
+        .filter(|(_, free)| *free >= min_free)
+        .map(|(g, _)| g)
+        .collect();
+    if fitting.len() < count.max(1) {
+        return Err(PickError::NoneFits {
+            min_free,
+            best,
+            wanted: count,
+            fitting: fitting.len(),
+        });
+    }
+    Ok(fitting.into_iter().take(count.max(1)).collect())
+}
+
+/// The answer as the user asked for it.
+pub fn format(gpus: &[&GpuSample], format: PickFormat) -> String {
+    match format {
+        PickFormat::Index => gpus
+            .iter()
+            .map(|g| g.index.to_string())
+            .collect::<Vec<_>>()
+            .join(","),
+        PickFormat::Uuid => gpus.iter().map(|g| g.uuid.as_str()).collect::<Vec<_>>().join(","),
+        PickFormat::Env => format!(
+            "CUDA_VISIBLE_DEVICES={}",
+            gpus.iter().map(|g| g.uuid.as_str()).collect::<Vec<_>>().join(",")
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Memory;
+
+    fn gpu(index: u32, free_gib: u64, util: Option<f32>) -> GpuSample {
+        let mut g = GpuSample::empty(index, format!("GPU-{index}"));
+        g.memory = Some(Memory {
+            total: 80 << 30,
+            reserved: None,
+            used: (80 << 30) - (free_gib << 30),
+            free: free_gib << 30,
+        });
+        g.util_gpu = util;
+        g
+    }
+
+    fn sample(gpus: Vec<GpuSample>) -> Sample {
+        Sample {
+            taken_at: 0.0,
+            gpus,
+            errors: vec![],
+            collect_seconds: 0.0,
+        }
+    }
+
+    #[test]
+    fn most_free_then_least_utilised() {
+        let s = sample(vec![gpu(0, 10, Some(0.0)), gpu(1, 40, Some(90.0)), gpu(2, 40, Some(5.0))]);
+        let picked = pick(&s, 0, 2).expect("fits");
+        assert_eq!(picked.iter().map(|g| g.index).collect::<Vec<_>>(), vec![2, 1]);
+        assert_eq!(format(&picked, PickFormat::Env), "CUDA_VISIBLE_DEVICES=GPU-2,GPU-1");
+        assert_eq!(format(&picked, PickFormat::Index), "2,1");
+    }
+
+    #[test]
+    fn none_fits_names_the_best() {
+        let s = sample(vec![gpu(0, 3, None), gpu(1, 5, None)]);
+        let err = pick(&s, 8 << 30, 1).unwrap_err();
+        assert_eq!(err.to_string(), "no GPU has 8.0GiB free (the most free is GPU 1 with 5.0GiB)");
+    }
+
+    #[test]
+    fn lost_and_unknown_gpus_are_skipped() {
+        let mut lost = gpu(0, 70, None);
+        lost.lost = true;
+        let unknown = GpuSample::empty(1, "GPU-1".into());
+        let s = sample(vec![lost, unknown, gpu(2, 1, None)]);
+        let picked = pick(&s, 0, 1).expect("one fits");
+        assert_eq!(picked[0].index, 2);
+    }
+
+    #[test]
+    fn count_larger_than_fitting_is_an_error() {
+        let s = sample(vec![gpu(0, 30, None), gpu(1, 2, None)]);
+        assert!(pick(&s, 10 << 30, 2).is_err());
+    }
+}

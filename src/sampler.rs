@@ -1,0 +1,288 @@
+//! The sampler: dedicated threads that own the source and publish frames.
+//!
+//! ```text
+//!  fast thread ── source.sample() ─ enrich from /proc ─ merge slow readings ─► watch<Frame>
+//!  slow thread ── slow.sample_slow() (PCIe, energy, ECC, memory clock) ──► latest readings
+//! ```
+//!
+//! NVML calls block, so they never run on the async runtime. The expensive calls live on the
+//! slow thread so they never stretch the fast sample. If a call hangs, no new frame is
+//! published; consumers see the last frame age and go stale, and [`CallProbe`] says which call
+//! is stuck.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+
+use crate::model::{Frame, SlowReadings, SourceInfo};
+use crate::source::procinfo::ProcInfo;
+use crate::source::{CallProbe, GpuSource, InFlight};
+
+/// How the sampler paces itself.
+#[derive(Debug, Clone, Copy)]
+pub struct SamplerOptions {
+    /// Fast cadence: memory, utilisation, processes, process utilisation.
+    pub interval: Duration,
+    /// Slow cadence: PCIe throughput, energy, ECC, memory clock.
+    pub slow_interval: Duration,
+}
+
+impl Default for SamplerOptions {
+    fn default() -> Self {
+        Self {
+            interval: Duration::from_secs(1),
+            slow_interval: Duration::from_secs(10),
+        }
+    }
+}
+
+/// The latest frame, `None` until the first sample is in.
+pub type FrameRx = watch::Receiver<Option<Arc<Frame>>>;
+
+/// A running sampler. Dropping it stops the threads (a thread stuck in a call is detached).
+pub struct Sampler {
+    frames: FrameRx,
+    probe: CallProbe,
+    slow_probe: CallProbe,
+    info: Arc<SourceInfo>,
+    stop: Arc<Stop>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+/// A stop flag that also wakes sleeping threads.
+#[derive(Default)]
+struct Stop {
+    flag: AtomicBool,
+    lock: Mutex<()>,
+    wake: std::sync::Condvar,
+}
+
+impl Stop {
+    fn stopped(&self) -> bool {
+        self.flag.load(Ordering::Acquire)
+    }
+
+    fn stop(&self) {
+        self.flag.store(true, Ordering::Release);
+        let _guard = self.lock.lock().unwrap_or_else(PoisonError::into_inner);
+        self.wake.notify_all();
+    }
+
+    /// Sleeps until `deadline` or until stopped; returns false when stopped.
+    fn sleep_until(&self, deadline: Instant) -> bool {
+        let mut guard = self.lock.lock().unwrap_or_else(PoisonError::into_inner);
+        loop {
+            if self.stopped() {
+                return false;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return true;
+            }
+            guard = self
+                .wake
+                .wait_timeout(guard, deadline - now)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+    }
+}
+
+type SlowMap = Arc<Mutex<HashMap<String, SlowReadings>>>;
+
+impl Sampler {
+    /// Starts sampling `source` on its own threads.
+    ///
+    /// # Errors
+    /// When the operating system refuses to start a thread.
+    pub fn spawn(mut source: Box<dyn GpuSource>, options: SamplerOptions) -> std::io::Result<Self> {
+        let info = Arc::new(source.info());
+        let (tx, rx) = watch::channel(None);
+        let probe = CallProbe::default();
+        let slow_probe = CallProbe::default();
+        let stop = Arc::new(Stop::default());
+        let slow_map: SlowMap = Arc::default();
+        let mut threads = Vec::new();
+
+        if let Some(mut slow) = source.slow_sampler() {
+            let stop = Arc::clone(&stop);
+            let map = Arc::clone(&slow_map);
+            let probe = slow_probe.clone();
+            threads.push(
+                std::thread::Builder::new()
+                    .name("gpuwatch-slow".into())
+                    .spawn(move || {
+                        loop {
+                            let started = Instant::now();
+                            let readings = slow.sample_slow(&probe);
+                            {
+                                let mut map = map.lock().unwrap_or_else(PoisonError::into_inner);
+                                map.clear();
+                                map.extend(readings);
+                            }
+                            if !stop.sleep_until(started + options.slow_interval) {
+                                break;
+                            }
+                        }
+                    })?,
+            );
+        }
+
+        let enrich = source.wants_host_enrichment();
+        let fast_stop = Arc::clone(&stop);
+        let fast_probe = probe.clone();
+        let fast_info = Arc::clone(&info);
+        threads.push(
+            std::thread::Builder::new()
+                .name("gpuwatch-sampler".into())
+                .spawn(move || {
+                    let mut procinfo = enrich.then(ProcInfo::new);
+                    let mut seq = 0u64;
+                    loop {
+                        let started = Instant::now();
+                        let mut sample = source.sample(&fast_probe);
+                        if let Some(procinfo) = procinfo.as_mut() {
+                            enrich_sample(procinfo, &mut sample);
+                        }
+                        merge_slow(&slow_map, &mut sample);
+                        seq += 1;
+                        let frame = Frame {
+                            seq,
+                            source: Arc::clone(&fast_info),
+                            sample,
+                            published: Instant::now(),
+                            interval: options.interval,
+                        };
+                        if tx.send(Some(Arc::new(frame))).is_err() {
+                            break;
+                        }
+                        if source.finished() {
+                            break;
+                        }
+                        let delay = source.next_delay().unwrap_or(options.interval);
+                        if !fast_stop.sleep_until(started + delay) {
+                            break;
+                        }
+                    }
+                    // Dropping `tx` closes the channel: consumers learn the source ended.
+                })?,
+        );
+
+        Ok(Self {
+            frames: rx,
+            probe,
+            slow_probe,
+            info,
+            stop,
+            threads,
+        })
+    }
+
+    /// A receiver of frames.
+    pub fn frames(&self) -> FrameRx {
+        self.frames.clone()
+    }
+
+    /// Facts about the source.
+    pub fn info(&self) -> Arc<SourceInfo> {
+        Arc::clone(&self.info)
+    }
+
+    /// The call the fast sampler is blocked in, if any (slow thread's otherwise).
+    pub fn in_flight(&self) -> Option<InFlight> {
+        self.probe.in_flight().or_else(|| self.slow_probe.in_flight())
+    }
+
+    /// Waits up to `timeout` for the first frame. On timeout, says which call hangs.
+    pub async fn first_frame(&self, timeout: Duration) -> Result<Arc<Frame>, FirstFrameError> {
+        let mut rx = self.frames();
+        let waited = tokio::time::timeout(timeout, rx.wait_for(Option::is_some)).await;
+        match waited {
+            Ok(Ok(frame)) => Ok(frame.clone().ok_or(FirstFrameError::Ended)?),
+            Ok(Err(_)) => Err(FirstFrameError::Ended),
+            Err(_) => Err(FirstFrameError::Hung {
+                waited: timeout,
+                in_flight: self.in_flight(),
+            }),
+        }
+    }
+
+    /// Stops the threads. A thread blocked in a call is left to finish on its own.
+    pub fn stop(&mut self) {
+        self.stop.stop();
+        let threads = std::mem::take(&mut self.threads);
+        for t in threads {
+            if t.is_finished() {
+                let _ = t.join();
+            }
+        }
+    }
+}
+
+impl Drop for Sampler {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Why no first frame arrived.
+#[derive(Debug, thiserror::Error)]
+pub enum FirstFrameError {
+    #[error("{}", describe_hang(*.waited, .in_flight.as_ref()))]
+    Hung {
+        waited: Duration,
+        in_flight: Option<InFlight>,
+    },
+    #[error("the source ended before producing a sample")]
+    Ended,
+}
+
+fn describe_hang(waited: Duration, in_flight: Option<&InFlight>) -> String {
+    match in_flight {
+        Some(f) => format!(
+            "no sample after {}: the call {}{} has not returned for {:.1} s (is the driver hung?)",
+            humantime::format_duration(waited),
+            f.call,
+            f.gpu.map(|g| format!(" on GPU {g}")).unwrap_or_default(),
+            f.since.elapsed().as_secs_f64()
+        ),
+        None => format!(
+            "no sample after {}",
+            humantime::format_duration(waited)
+        ),
+    }
+}
+
+fn enrich_sample(procinfo: &mut ProcInfo, sample: &mut crate::model::Sample) {
+    let mut pids: Vec<u32> = sample
+        .gpus
+        .iter()
+        .flat_map(|g| g.processes.iter().map(|p| p.pid))
+        .collect();
+    pids.sort_unstable();
+    pids.dedup();
+    let hosts = procinfo.enrich(&pids);
+    for g in &mut sample.gpus {
+        for p in &mut g.processes {
+            if let Some(h) = hosts.get(&p.pid) {
+                p.host = h.clone();
+            }
+        }
+    }
+}
+
+fn merge_slow(map: &SlowMap, sample: &mut crate::model::Sample) {
+    let map = map.lock().unwrap_or_else(PoisonError::into_inner);
+    if map.is_empty() {
+        return;
+    }
+    for g in &mut sample.gpus {
+        if let Some(r) = map.get(&g.uuid) {
+            g.slow = r.clone();
+        }
+    }
+}

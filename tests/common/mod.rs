@@ -1,0 +1,120 @@
+//! Shared helpers for integration tests: the NVML test double (built on demand, so a fresh
+//! clone needs nothing but `cargo test`), real child processes for scenarios, and running the
+//! real binary.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::OnceLock;
+
+/// Path of `libfake_nvml.so`, building it first if needed (once per test binary).
+pub fn fake_nvml() -> &'static Path {
+    static LIB: OnceLock<PathBuf> = OnceLock::new();
+    LIB.get_or_init(|| {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+        let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
+        let status = Command::new(cargo)
+            .args(["build", "--quiet", "-p", "fake-nvml", "--manifest-path"])
+            .arg(&manifest)
+            .status()
+            .expect("cargo runs");
+        assert!(status.success(), "building crates/fake-nvml failed");
+        let lib = target_dir().join("debug").join("libfake_nvml.so");
+        assert!(lib.exists(), "{} was not built", lib.display());
+        lib
+    })
+}
+
+/// The cargo target directory this test runs from (`target/debug/deps/<test>` → `target`).
+pub fn target_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("CARGO_TARGET_DIR") {
+        let dir = PathBuf::from(dir);
+        return if dir.is_absolute() {
+            dir
+        } else {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join(dir)
+        };
+    }
+    let exe = std::env::current_exe().expect("test binary path");
+    exe.ancestors()
+        .nth(3)
+        .expect("target/debug/deps/test layout")
+        .to_path_buf()
+}
+
+/// The gpuwatch binary under test.
+pub fn gpuwatch_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_gpuwatch")
+}
+
+/// A real process (`sleep`) whose PID a scenario can name; killed on drop.
+pub struct Sleeper(pub Child);
+
+impl Sleeper {
+    pub fn spawn() -> Self {
+        Self(
+            Command::new("sleep")
+                .arg("300")
+                .stdin(Stdio::null())
+                .spawn()
+                .expect("sleep starts"),
+        )
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for Sleeper {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A scenario file in a temporary directory.
+pub struct ScenarioFile {
+    pub dir: tempfile::TempDir,
+    pub path: PathBuf,
+}
+
+impl ScenarioFile {
+    pub fn new(text: &str) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("scenario.toml");
+        std::fs::write(&path, text).expect("write scenario");
+        Self { dir, path }
+    }
+
+    /// Replaces the scenario (the double reloads it when the file changes).
+    pub fn rewrite(&self, text: &str) {
+        std::fs::write(&self.path, text).expect("rewrite scenario");
+    }
+}
+
+/// Runs gpuwatch against the double with this scenario.
+pub fn gpuwatch_on(scenario: &ScenarioFile, args: &[&str]) -> Output {
+    gpuwatch_cmd(scenario).args(args).output().expect("gpuwatch runs")
+}
+
+/// A gpuwatch command set up to load the double with this scenario.
+pub fn gpuwatch_cmd(scenario: &ScenarioFile) -> Command {
+    let mut cmd = Command::new(gpuwatch_bin());
+    cmd.env("GPUWATCH_NVML_LIB", fake_nvml())
+        .env("FAKE_NVML_SCENARIO", &scenario.path)
+        .env("XDG_CONFIG_HOME", scenario.dir.path())
+        .env("NO_COLOR", "1")
+        .env_remove("FAKE_NVML_FREEZE")
+        .env_remove("FAKE_NVML_EPOCH");
+    cmd
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}

@@ -3,4 +3,5 @@
 //! the dashboard, the daemon) consumes the same frames from the sampler.
 
 pub mod model;
+pub mod record;
 pub mod source;

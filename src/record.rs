@@ -173,7 +173,7 @@ pub struct Recording {
 }
 
 /// Why a recording could not be read. Every variant names the file; those about a line name it
-/// (1-based) and, for JSON errors, the column.
+/// (1-based) and, for JSON and schema errors, the column.
 #[derive(Debug, thiserror::Error)]
 pub enum RecordingError {
     #[error("{file}: cannot read the recording: {source}")]
@@ -195,6 +195,15 @@ pub enum RecordingError {
     },
     #[error("{file}:{line}:{column}: invalid JSON: expected {expected}: {message}")]
     Json {
+        file: String,
+        line: usize,
+        column: usize,
+        expected: Expected,
+        message: String,
+    },
+    /// Valid JSON that is not what the line should hold (a missing field, a wrong type).
+    #[error("{file}:{line}:{column}: expected {expected}: {message}")]
+    Schema {
         file: String,
         line: usize,
         column: usize,
@@ -231,6 +240,7 @@ impl RecordingError {
             | RecordingError::Empty { file }
             | RecordingError::NotText { file, .. }
             | RecordingError::Json { file, .. }
+            | RecordingError::Schema { file, .. }
             | RecordingError::MissingHeader { file, .. }
             | RecordingError::WrongFormat { file, .. }
             | RecordingError::UnsupportedVersion { file, .. }
@@ -243,6 +253,7 @@ impl RecordingError {
         match self {
             RecordingError::NotText { line, .. }
             | RecordingError::Json { line, .. }
+            | RecordingError::Schema { line, .. }
             | RecordingError::OutOfOrder { line, .. } => Some(*line),
             RecordingError::MissingHeader { .. }
             | RecordingError::WrongFormat { .. }
@@ -254,7 +265,9 @@ impl RecordingError {
     /// The 1-based column of a JSON error.
     pub fn column(&self) -> Option<usize> {
         match self {
-            RecordingError::Json { column, .. } => Some(*column),
+            RecordingError::Json { column, .. } | RecordingError::Schema { column, .. } => {
+                Some(*column)
+            }
             _ => None,
         }
     }
@@ -285,7 +298,7 @@ impl Recording {
             file: name.clone(),
             source,
         })?;
-        Self::parse(BufReader::new(file), &name)
+        Self::parse(file, &name)
     }
 
     /// Reads a recording from `reader`; `name` is used in errors and warnings.
@@ -352,7 +365,7 @@ impl Recording {
                     previous_line = line_no;
                     samples.push(sample);
                 }
-                Err(_) if !terminated => {
+                Err(e) if !terminated && e.is_eof() => {
                     // The recorder was killed mid-write: nothing can follow this line.
                     truncated_lines += 1;
                     warnings.push(truncation_warning(name, line_no));
@@ -402,12 +415,25 @@ fn json_error(
         .rfind(" at line ")
         .map_or(message.as_str(), |i| &message[..i])
         .to_owned();
-    RecordingError::Json {
-        file: name.to_owned(),
-        line: line + e.line().saturating_sub(1),
-        column: e.column(),
-        expected,
-        message,
+    let file = name.to_owned();
+    let line = line + e.line().saturating_sub(1);
+    let column = e.column();
+    if e.is_data() {
+        RecordingError::Schema {
+            file,
+            line,
+            column,
+            expected,
+            message,
+        }
+    } else {
+        RecordingError::Json {
+            file,
+            line,
+            column,
+            expected,
+            message,
+        }
     }
 }
 
@@ -609,6 +635,29 @@ mod tests {
     fn unterminated_bad_header_is_an_error() {
         let err = Recording::parse(&b"{\"format\": \"gpuwatch-rec"[..], "x").unwrap_err();
         assert!(matches!(err, RecordingError::Json { line: 1, .. }), "{err}");
+    }
+
+    #[test]
+    fn unterminated_last_line_with_a_real_error_is_an_error() {
+        let mut text = String::from_utf8(record(&[sample(1.0)])).unwrap();
+        text.push_str("{\"taken_at\": \"soon\", \"gpus\": []}");
+        let err = Recording::parse(text.as_bytes(), "x").unwrap_err();
+        assert_eq!(err.line(), Some(3), "{err}");
+    }
+
+    #[test]
+    fn schema_errors_are_not_called_invalid_json() {
+        let ok = String::from_utf8(record(&[])).unwrap();
+        let text = format!("{ok}{{\"taken_at\": 3.0}}\n");
+        let err = Recording::parse(text.as_bytes(), "r.jsonl").unwrap_err();
+        assert!(
+            matches!(err, RecordingError::Schema { line: 2, .. }),
+            "{err}"
+        );
+        assert_eq!(
+            err.to_string(),
+            "r.jsonl:2:17: expected a sample: missing field `gpus`"
+        );
     }
 
     #[test]

@@ -418,14 +418,14 @@ fn join(lines: &[String]) -> String {
 fn bad_json_names_line_and_column() {
     let mut lines = vec![header_line()];
     lines.extend(sample_lines(5));
-    lines.push("{\"taken_at\": 1795977800.0, \"gpus\": [1,]}".to_owned());
+    lines.push("{\"taken_at\": 1795977800.0, \"gpus\": [}".to_owned());
     lines.extend(sample_lines(1));
     let (res, path) = read_text(&join(&lines));
     let err = res.unwrap_err();
     let msg = err.to_string();
     assert_eq!(err.line(), Some(7), "{msg}");
-    assert!(err.column().is_some());
-    assert!(msg.starts_with(&format!("{path}:7:")), "{msg}");
+    assert_eq!(err.column(), Some(37), "{msg}");
+    assert!(msg.starts_with(&format!("{path}:7:37: ")), "{msg}");
     assert!(msg.contains("invalid JSON: expected a sample"), "{msg}");
 }
 

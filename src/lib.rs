@@ -2,9 +2,16 @@
 //! job fit?". The binary is a thin shell over this library; every front end (snapshot, pick,
 //! the dashboard, the daemon) consumes the same frames from the sampler.
 
+pub mod app;
+pub mod cli;
+pub mod config;
 pub mod model;
+pub mod output;
+pub mod pick;
+pub mod record;
 pub mod sampler;
 pub mod source;
+pub mod watch;
 
 /// This machine's host name (empty when unknown).
 pub fn hostname() -> String {

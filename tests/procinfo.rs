@@ -35,11 +35,14 @@ impl Drop for Sleeper {
 }
 
 /// Waits until the child has exec'd `sleep` (right after `spawn` it may still be the forked
-/// copy of this test binary).
+/// copy of this test binary; mid-exec, `comm` is already `sleep` while `cmdline` is still
+/// empty).
 fn wait_exec(pid: u32) {
     let deadline = Instant::now() + Duration::from_secs(5);
     while Instant::now() < deadline {
-        if std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "sleep") {
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        if comm.trim() == "sleep" && !cmdline.is_empty() {
             return;
         }
         std::thread::sleep(Duration::from_millis(5));
@@ -181,6 +184,36 @@ fn exited_child_becomes_invisible() {
     assert!(!out[&pa].visible);
     assert!(out[&pb].visible);
     assert_eq!(info.loaded_pids(), vec![pb]);
+}
+
+#[test]
+fn zombie_is_visible_with_name_as_command() {
+    let mut child = Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .expect("spawn sleep");
+    let pid = child.id();
+    wait_exec(pid);
+    child.kill().expect("kill");
+    // Not reaped yet: a zombie, still in /proc, with an empty command line.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        if stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|r| r.trim_start().starts_with('Z'))
+        {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let mut info = ProcInfo::new().expect("sysinfo supported");
+    let h = info.enrich(&[pid]).remove(&pid).expect("entry");
+    let _ = child.wait();
+    assert!(h.visible);
+    assert_eq!(h.name.as_deref(), Some("sleep"));
+    assert_eq!(h.command, h.name, "empty cmdline falls back to the name");
 }
 
 #[test]

@@ -667,6 +667,32 @@ mod tests {
     }
 
     #[test]
+    fn pid_reuse_drops_cached_state() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("spawn sleep");
+        let pid = child.id();
+        let mut info = ProcInfo::new().expect("sysinfo supported");
+        info.enrich(&[pid]);
+        std::thread::sleep(MIN_CPU_WINDOW);
+        assert!(info.enrich(&[pid])[&pid].cpu_percent.is_some());
+
+        // Pretend the cached entry belonged to an earlier process with this PID.
+        let t = info.tracked.get_mut(&pid).expect("tracked");
+        t.start_time -= 1;
+        t.container = Some("stale".into());
+        std::thread::sleep(MIN_CPU_WINDOW);
+        let h = &info.enrich(&[pid])[&pid];
+        assert_eq!(h.cpu_percent, None, "new identity: CPU unknown again");
+        assert_ne!(h.container.as_deref(), Some("stale"));
+        assert_eq!(info.tracked[&pid].start_time, h.start_time.expect("start"));
+
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    #[test]
     fn join_cmd_falls_back_on_empty() {
         assert_eq!(join_cmd(&[]), None);
         let cmd = ["sleep".into(), "30".into()];

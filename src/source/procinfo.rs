@@ -1,16 +1,701 @@
-//! Placeholder until the real enrichment lands.
-use std::collections::HashMap;
+//! Host-side enrichment of GPU processes: name, command line, user, CPU %, RSS, start time,
+//! parent and container, read from this host's `/proc` (through `sysinfo`).
+//!
+//! [`ProcInfo::enrich`] refreshes **only the PIDs it is given** (NVML's process list): it never
+//! scans the `/proc` directory. Its `sysinfo::System` holds exactly the PIDs of the last call;
+//! PIDs that were not asked again are dropped (see [`ProcInfo::enrich`]).
+//!
+//! Semantics:
+//! - A PID that `/proc` does not show (another PID namespace, a container, or it exited) is
+//!   `HostProc { visible: false, ..Default::default() }`: the caller keeps the row and its GPU
+//!   data.
+//! - Identity is `(pid, start_time)`. When a PID's start time changes (PID reuse), its cached
+//!   state (CPU baseline, container) is dropped and it is treated as first seen.
+//! - CPU % is in percent of one core (may exceed 100). It is computed here from the process's
+//!   accumulated CPU time between two calls and the wall time between them, so it does not
+//!   depend on how often the whole system's CPU times are refreshed. On the first sight of a
+//!   `(pid, start_time)` it is `None` (unknown yet), never a made-up 0.
+//! - The container is read once per `(pid, start_time)` from `/proc/PID/cgroup` and parsed by
+//!   [`container_from_cgroup`]; see there for the format.
+//! - User names come from `sysinfo::Users` (refreshed at most every 60 s, or once when an
+//!   unknown uid shows up), then `/etc/passwd` directly (sysinfo skips users whose shell is
+//!   `/bin/false`, such as `gdm`), then — for the invoking user only — `$USER`/`$LOGNAME`. When
+//!   all fail the numeric uid is used as the name, by [`current_user`] too, so comparing the
+//!   two stays consistent.
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use sysinfo::{Pid, ProcessRefreshKind, ProcessesToUpdate, System, Uid, UpdateKind, Users};
 
 use crate::model::HostProc;
 
-pub struct ProcInfo;
+/// How often the users list is re-read at most (besides once for an unknown uid).
+const USERS_REFRESH: Duration = Duration::from_mins(1);
+/// Minimum gap between two users-list reads triggered by unknown uids.
+const USERS_MIN_GAP: Duration = Duration::from_secs(1);
+/// Below this wall-time gap between two calls the CPU baseline is kept and the previous value
+/// repeated: clock ticks are 10 ms, so a shorter window would be mostly quantisation noise.
+const MIN_CPU_WINDOW: Duration = Duration::from_millis(100);
+
+/// Cached state of one `(pid, start_time)`.
+#[derive(Debug, Clone)]
+struct Tracked {
+    start_time: u64,
+    /// Accumulated CPU time (ms) and when it was read: the baseline of the next CPU %.
+    cpu_ms: u64,
+    cpu_at: Instant,
+    /// The last CPU % computed, `None` until a second sighting.
+    cpu_percent: Option<f32>,
+    container: Option<String>,
+    ppid: Option<u32>,
+}
+
+/// Reads host facts about GPU processes. Owned by the sampler thread; every call does work
+/// proportional to the number of PIDs asked, never to the size of the process table.
+pub struct ProcInfo {
+    system: System,
+    users: UserNames,
+    tracked: HashMap<u32, Tracked>,
+}
+
+impl std::fmt::Debug for ProcInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProcInfo")
+            .field("tracked", &self.tracked.len())
+            .finish_non_exhaustive()
+    }
+}
 
 impl ProcInfo {
-    pub fn new() -> Self {
-        ProcInfo
+    /// An enricher with nothing loaded yet (no `/proc` scan). Fails only where `sysinfo` does
+    /// not support the platform.
+    pub fn new() -> Result<Self, sysinfo::Error> {
+        Ok(Self {
+            system: System::new()?,
+            users: UserNames::new()?,
+            tracked: HashMap::new(),
+        })
     }
 
-    pub fn enrich(&mut self, _pids: &[u32]) -> HashMap<u32, HostProc> {
-        HashMap::new()
+    /// Host facts for each PID in `pids`, keyed by PID (duplicates are fine). Every PID asked
+    /// gets an entry; PIDs this host can't see get `visible: false`.
+    ///
+    /// Refreshes only those PIDs. State kept for PIDs that are not in `pids` (CPU baseline,
+    /// container, the `sysinfo` entry) is dropped, so a PID that comes back later starts over
+    /// (its CPU % is `None` again on that call).
+    ///
+    /// Returns a map rather than filling `ProcSample`s so that the sampler can enrich the
+    /// union of all GPUs' PIDs in one call and copy each entry into every GPU's rows.
+    pub fn enrich(&mut self, pids: &[u32]) -> HashMap<u32, HostProc> {
+        let asked: HashSet<u32> = pids.iter().copied().collect();
+        let mut list: Vec<Pid> = asked.iter().map(|&p| Pid::from_u32(p)).collect();
+        list.sort_unstable();
+
+        // `sysinfo` has no way to forget a process it was not asked about; rebuilding the
+        // (unrefreshed) `System` is cheap and keeps it holding exactly the asked PIDs.
+        if self
+            .system
+            .processes()
+            .keys()
+            .any(|p| !asked.contains(&p.as_u32()))
+            && let Ok(fresh) = System::new()
+        {
+            self.system = fresh;
+        }
+        self.tracked.retain(|pid, _| asked.contains(pid));
+
+        self.system.refresh_processes_specifics(
+            ProcessesToUpdate::Some(&list),
+            true,
+            ProcessRefreshKind::nothing()
+                .with_cpu()
+                .with_memory()
+                .with_cmd(UpdateKind::OnlyIfNotSet)
+                .with_user(UpdateKind::OnlyIfNotSet),
+        );
+        let now = Instant::now();
+
+        let mut out = HashMap::with_capacity(asked.len());
+        for &pid in &asked {
+            let Some(proc_) = self.system.process(Pid::from_u32(pid)) else {
+                self.tracked.remove(&pid);
+                out.insert(pid, HostProc::default());
+                continue;
+            };
+            let start_time = proc_.start_time();
+            let cpu_ms = proc_.accumulated_cpu_time();
+            let ppid = proc_.parent().map(Pid::as_u32);
+
+            let tracked = match self.tracked.get_mut(&pid) {
+                Some(t) if t.start_time == start_time => {
+                    let window = now.saturating_duration_since(t.cpu_at);
+                    if window >= MIN_CPU_WINDOW {
+                        let used = cpu_ms.saturating_sub(t.cpu_ms) as f64;
+                        let pct = used / (window.as_secs_f64() * 1000.0) * 100.0;
+                        t.cpu_percent = Some(pct as f32);
+                        t.cpu_ms = cpu_ms;
+                        t.cpu_at = now;
+                    }
+                    t.ppid = ppid;
+                    t.clone()
+                }
+                // First sight, or the PID was reused by another process.
+                _ => {
+                    let t = Tracked {
+                        start_time,
+                        cpu_ms,
+                        cpu_at: now,
+                        cpu_percent: None,
+                        container: read_container(pid),
+                        ppid,
+                    };
+                    self.tracked.insert(pid, t.clone());
+                    t
+                }
+            };
+
+            let name = proc_.name().to_string_lossy().into_owned();
+            let command = join_cmd(proc_.cmd()).unwrap_or_else(|| name.clone());
+            let uid = proc_.user_id().map(|u| **u);
+            let user = uid.map(|u| self.users.name(u));
+
+            out.insert(
+                pid,
+                HostProc {
+                    visible: true,
+                    name: Some(name),
+                    command: Some(command),
+                    user,
+                    uid,
+                    cpu_percent: tracked.cpu_percent,
+                    rss_bytes: Some(proc_.memory()),
+                    start_time: Some(start_time),
+                    ppid: tracked.ppid,
+                    container: tracked.container,
+                },
+            );
+        }
+        out
+    }
+
+    /// The parent of `pid`: from the last [`enrich`](Self::enrich) call when it covered `pid`,
+    /// otherwise read from `/proc/PID/stat` (for ancestors that hold no GPU context).
+    pub fn parent_of(&self, pid: u32) -> Option<u32> {
+        match self.tracked.get(&pid) {
+            Some(t) => t.ppid,
+            None => read_ppid(pid),
+        }
+    }
+
+    /// The PIDs the underlying `sysinfo::System` currently holds, sorted: exactly the PIDs of
+    /// the last [`enrich`](Self::enrich) call that `/proc` showed. For tests and diagnostics
+    /// (proves that no process-table scan happened).
+    pub fn loaded_pids(&self) -> Vec<u32> {
+        let mut v: Vec<u32> = self.system.processes().keys().map(|p| p.as_u32()).collect();
+        v.sort_unstable();
+        v
+    }
+}
+
+/// Arguments joined by spaces; `None` when the command line is empty (kernel threads,
+/// zombies).
+fn join_cmd(cmd: &[std::ffi::OsString]) -> Option<String> {
+    let parts: Vec<_> = cmd.iter().map(|a| a.to_string_lossy()).collect();
+    let joined = parts.join(" ");
+    (!joined.trim().is_empty()).then_some(joined)
+}
+
+fn read_container(pid: u32) -> Option<String> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    container_from_cgroup(&text)
+}
+
+/// Resolves uids to user names, with a rarely refreshed users list.
+struct UserNames {
+    users: Users,
+    refreshed_at: Option<Instant>,
+    /// Uids not in the users list at its last read, with what the fallbacks found.
+    fallback: HashMap<u32, Option<String>>,
+}
+
+impl UserNames {
+    fn new() -> Result<Self, sysinfo::Error> {
+        Ok(Self {
+            users: Users::new()?,
+            refreshed_at: None,
+            fallback: HashMap::new(),
+        })
+    }
+
+    fn refresh(&mut self) {
+        self.users.refresh();
+        self.refreshed_at = Some(Instant::now());
+        self.fallback.clear();
+    }
+
+    /// The user name of `uid`, or the uid as a string when nothing knows it.
+    fn name(&mut self, uid: u32) -> String {
+        if self
+            .refreshed_at
+            .is_none_or(|at| at.elapsed() >= USERS_REFRESH)
+        {
+            self.refresh();
+        }
+        if let Some(name) = lookup_users(&self.users, uid) {
+            return name;
+        }
+        if let Some(known) = self.fallback.get(&uid) {
+            return known.clone().unwrap_or_else(|| uid.to_string());
+        }
+        // A uid not seen before: re-read the list once (a user added since), then fall back.
+        if self
+            .refreshed_at
+            .is_none_or(|at| at.elapsed() >= USERS_MIN_GAP)
+        {
+            let fallback = std::mem::take(&mut self.fallback);
+            self.users.refresh();
+            self.refreshed_at = Some(Instant::now());
+            self.fallback = fallback;
+            if let Some(name) = lookup_users(&self.users, uid) {
+                return name;
+            }
+        }
+        let found = fallback_name(uid);
+        self.fallback.insert(uid, found.clone());
+        found.unwrap_or_else(|| uid.to_string())
+    }
+}
+
+fn lookup_users(users: &Users, uid: u32) -> Option<String> {
+    let uid = Uid::try_from(uid as usize).ok()?;
+    users.get_user_by_id(&uid).map(|u| u.name().to_owned())
+}
+
+/// Name sources besides `sysinfo::Users`: `/etc/passwd` without sysinfo's shell filter, then
+/// the login environment when `uid` is the invoking user's.
+fn fallback_name(uid: u32) -> Option<String> {
+    if let Ok(text) = std::fs::read_to_string("/etc/passwd")
+        && let Some(name) = passwd_name(&text, uid)
+    {
+        return Some(name);
+    }
+    if current_uid() == Some(uid) {
+        for var in ["USER", "LOGNAME"] {
+            if let Ok(name) = std::env::var(var)
+                && !name.is_empty()
+            {
+                return Some(name);
+            }
+        }
+    }
+    None
+}
+
+/// The name of `uid` in `/etc/passwd`-formatted text.
+fn passwd_name(text: &str, uid: u32) -> Option<String> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|line| {
+            let mut fields = line.split(':');
+            let name = fields.next()?;
+            let id: u32 = fields.nth(1)?.trim().parse().ok()?;
+            (id == uid && !name.is_empty()).then(|| name.to_owned())
+        })
+}
+
+/// The real uid of this process (from `/proc/self/status`).
+pub fn current_uid() -> Option<u32> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// The invoking user's name, resolved like [`ProcInfo::enrich`] resolves `HostProc::user`
+/// (so the two compare equal for this user's processes): the numeric uid when no name is
+/// known; `None` only when the uid itself can't be read.
+pub fn current_user() -> Option<String> {
+    let uid = current_uid()?;
+    let name = Users::new_with_refreshed_list()
+        .ok()
+        .and_then(|users| lookup_users(&users, uid))
+        .or_else(|| fallback_name(uid));
+    Some(name.unwrap_or_else(|| uid.to_string()))
+}
+
+/// The parent PID of `pid`, read from `/proc/PID/stat`; `None` when the process is not visible
+/// or has no parent (PID 1, kernel threads' parent 0 included).
+pub fn read_ppid(pid: u32) -> Option<u32> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    ppid_from_stat(&text)
+}
+
+/// The parent PID from the text of `/proc/PID/stat`. The command name (field 2) may contain
+/// spaces and parentheses, so the fields after it are found after the *last* `)`.
+pub fn ppid_from_stat(text: &str) -> Option<u32> {
+    let rest = &text[text.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace();
+    let _state = fields.next()?;
+    let ppid: u32 = fields.next()?.parse().ok()?;
+    (ppid != 0).then_some(ppid)
+}
+
+/// Length of the short container id, as `docker ps` prints it.
+const SHORT_ID: usize = 12;
+
+/// The container (or Kubernetes pod) a process runs in, from the text of `/proc/PID/cgroup`
+/// (cgroup v1 or v2).
+///
+/// Format:
+/// - a container: its short id, the first 12 hex digits, as `docker ps` / `crictl ps` /
+///   `podman ps` print it, e.g. `3f4e5d6c7b8a`;
+/// - a Kubernetes pod: `pod:<pod-uid>/<short container id>`, the pod UID with dashes as
+///   `kubectl get pod -o jsonpath='{.metadata.uid}'` prints it, e.g.
+///   `pod:1b2c3d4e-5f60-7182-93a4-b5c6d7e8f901/3f4e5d6c7b8a`; `pod:<pod-uid>` alone when the
+///   process sits in the pod's cgroup but not in a container's.
+///
+/// Recognised: docker (`/docker/<id>`, `docker-<id>.scope`), containerd/CRI
+/// (`cri-containerd-<id>.scope`, nerdctl `nerdctl-<id>.scope`, bare `/<namespace>/<id>`),
+/// cri-o (`crio-<id>.scope`, `crio-<id>`), podman (`libpod-<id>.scope`, `libpod-<id>`), and
+/// kubepods under the systemd driver (`kubepods-…-pod<uid_with_underscores>.slice`) and the
+/// cgroupfs driver (`/kubepods/<qos>/pod<uid>/<id>`). Nested containers (docker in docker)
+/// give the innermost id. Container monitors (`crio-conmon-…`, `libpod-conmon-…`), systemd
+/// user/session slices and services give `None`.
+pub fn container_from_cgroup(text: &str) -> Option<String> {
+    let mut best: Option<(Option<String>, Option<String>)> = None;
+    for line in text.lines() {
+        // hierarchy-ID:controller-list:path; the path may itself contain ':'.
+        let mut parts = line.splitn(3, ':');
+        let (Some(_), Some(_), Some(path)) = (parts.next(), parts.next(), parts.next()) else {
+            continue;
+        };
+        let (pod, id) = parse_cgroup_path(path);
+        if pod.is_none() && id.is_none() {
+            continue;
+        }
+        // Prefer the most informative line (v1 lists one path per controller).
+        let score = |p: &Option<String>, i: &Option<String>| {
+            usize::from(p.is_some()) + usize::from(i.is_some())
+        };
+        if best
+            .as_ref()
+            .is_none_or(|(bp, bi)| score(&pod, &id) > score(bp, bi))
+        {
+            best = Some((pod, id));
+        }
+    }
+    match best? {
+        (Some(pod), Some(id)) => Some(format!("pod:{pod}/{id}")),
+        (Some(pod), None) => Some(format!("pod:{pod}")),
+        (None, Some(id)) => Some(id),
+        (None, None) => None,
+    }
+}
+
+/// Pod UID and short container id found in one cgroup path.
+fn parse_cgroup_path(path: &str) -> (Option<String>, Option<String>) {
+    let mut pod = None;
+    let mut id = None;
+    let mut in_kubepods = false;
+    for segment in path.split('/').filter(|s| !s.is_empty()) {
+        if segment == "kubepods" || segment.starts_with("kubepods.") {
+            in_kubepods = true;
+        }
+        if in_kubepods && let Some(uid) = pod_uid(segment) {
+            pod = Some(uid);
+            continue;
+        }
+        if let Some(found) = container_id(segment) {
+            id = Some(found);
+        }
+    }
+    (pod, id)
+}
+
+/// The pod UID (with dashes) of a kubepods path segment: `pod<uid>` (cgroupfs) or
+/// `kubepods[-<qos>]-pod<uid_with_underscores>.slice` (systemd).
+fn pod_uid(segment: &str) -> Option<String> {
+    let raw = if let Some(s) = segment.strip_suffix(".slice") {
+        &s[s.rfind("-pod")? + 4..]
+    } else {
+        segment.strip_prefix("pod")?
+    };
+    let uid = raw.replace('_', "-");
+    let ok = uid.len() >= 8 && uid.chars().all(|c| c.is_ascii_hexdigit() || c == '-');
+    ok.then_some(uid)
+}
+
+/// The short id of a container path segment: `<runtime>-<id>.scope`, `<runtime>-<id>`, or a
+/// bare 64-hex id.
+fn container_id(segment: &str) -> Option<String> {
+    const PREFIXES: [&str; 5] = ["docker-", "cri-containerd-", "crio-", "libpod-", "nerdctl-"];
+    let base = segment.strip_suffix(".scope").unwrap_or(segment);
+    let id = PREFIXES
+        .iter()
+        .find_map(|p| base.strip_prefix(p))
+        .filter(|id| id.len() >= SHORT_ID && is_hex(id))
+        .or_else(|| (base.len() == 64 && is_hex(base)).then_some(base))?;
+    Some(id[..SHORT_ID].to_ascii_lowercase())
+}
+
+fn is_hex(s: &str) -> bool {
+    s.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ID: &str = "3f4e5d6c7b8a99aabbccddeeff00112233445566778899aabbccddeeff001122";
+    const SHORT: &str = "3f4e5d6c7b8a";
+    const POD: &str = "1b2c3d4e-5f60-7182-93a4-b5c6d7e8f901";
+    const POD_US: &str = "1b2c3d4e_5f60_7182_93a4_b5c6d7e8f901";
+
+    fn v1(path: &str) -> String {
+        format!(
+            "12:pids:{path}\n11:memory:{path}\n10:cpu,cpuacct:{path}\n\
+             9:devices:{path}\n1:name=systemd:{path}\n0::/\n"
+        )
+    }
+
+    fn v2(path: &str) -> String {
+        format!("0::{path}\n")
+    }
+
+    #[test]
+    fn docker_v1_cgroupfs() {
+        assert_eq!(
+            container_from_cgroup(&v1(&format!("/docker/{ID}"))).as_deref(),
+            Some(SHORT)
+        );
+    }
+
+    #[test]
+    fn docker_v2_systemd_scope() {
+        let text = v2(&format!("/system.slice/docker-{ID}.scope"));
+        assert_eq!(container_from_cgroup(&text).as_deref(), Some(SHORT));
+    }
+
+    #[test]
+    fn docker_v1_systemd_scope() {
+        let text = v1(&format!("/system.slice/docker-{ID}.scope"));
+        assert_eq!(container_from_cgroup(&text).as_deref(), Some(SHORT));
+    }
+
+    #[test]
+    fn docker_in_docker_gives_innermost() {
+        let inner = "aaaabbbbccccddddeeeeffff00001111222233334444555566667777888899990";
+        let inner = &inner[..64];
+        let text = v1(&format!("/docker/{ID}/docker/{inner}"));
+        assert_eq!(container_from_cgroup(&text).as_deref(), Some(&inner[..12]));
+    }
+
+    #[test]
+    fn containerd_cri_plain() {
+        let text = v2(&format!("/system.slice/cri-containerd-{ID}.scope"));
+        assert_eq!(container_from_cgroup(&text).as_deref(), Some(SHORT));
+    }
+
+    #[test]
+    fn containerd_namespace_dir() {
+        assert_eq!(
+            container_from_cgroup(&v1(&format!("/default/{ID}"))).as_deref(),
+            Some(SHORT)
+        );
+        let text = v2(&format!("/system.slice/nerdctl-{ID}.scope"));
+        assert_eq!(container_from_cgroup(&text).as_deref(), Some(SHORT));
+    }
+
+    #[test]
+    fn crio_scope_and_conmon() {
+        let text = v2(&format!(
+            "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{POD_US}.slice/crio-{ID}.scope"
+        ));
+        assert_eq!(
+            container_from_cgroup(&text),
+            Some(format!("pod:{POD}/{SHORT}"))
+        );
+        // conmon monitors the container from outside it.
+        let text = v2(&format!("/machine.slice/crio-conmon-{ID}.scope"));
+        assert_eq!(container_from_cgroup(&text), None);
+    }
+
+    #[test]
+    fn podman_root_and_rootless() {
+        let text = v2(&format!("/machine.slice/libpod-{ID}.scope/container"));
+        assert_eq!(container_from_cgroup(&text).as_deref(), Some(SHORT));
+        let text = v2(&format!(
+            "/user.slice/user-1000.slice/user@1000.service/user.slice/libpod-{ID}.scope/container"
+        ));
+        assert_eq!(container_from_cgroup(&text).as_deref(), Some(SHORT));
+        let text = v1(&format!("/libpod_parent/libpod-{ID}"));
+        assert_eq!(container_from_cgroup(&text).as_deref(), Some(SHORT));
+        let text = v2(&format!(
+            "/user.slice/user-1000.slice/user@1000.service/user.slice/libpod-conmon-{ID}.scope"
+        ));
+        assert_eq!(container_from_cgroup(&text), None);
+    }
+
+    #[test]
+    fn kubepods_v2_systemd_containerd() {
+        let text = v2(&format!(
+            "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{POD_US}.slice/cri-containerd-{ID}.scope"
+        ));
+        assert_eq!(
+            container_from_cgroup(&text),
+            Some(format!("pod:{POD}/{SHORT}"))
+        );
+    }
+
+    #[test]
+    fn kubepods_guaranteed_systemd() {
+        let text = v2(&format!(
+            "/kubepods.slice/kubepods-pod{POD_US}.slice/cri-containerd-{ID}.scope"
+        ));
+        assert_eq!(
+            container_from_cgroup(&text),
+            Some(format!("pod:{POD}/{SHORT}"))
+        );
+    }
+
+    #[test]
+    fn kubepods_v1_cgroupfs() {
+        let text = v1(&format!("/kubepods/burstable/pod{POD}/{ID}"));
+        assert_eq!(
+            container_from_cgroup(&text),
+            Some(format!("pod:{POD}/{SHORT}"))
+        );
+        let text = v1(&format!("/kubepods/pod{POD}/{ID}"));
+        assert_eq!(
+            container_from_cgroup(&text),
+            Some(format!("pod:{POD}/{SHORT}"))
+        );
+    }
+
+    #[test]
+    fn kubepods_v1_systemd_docker() {
+        let text = v1(&format!(
+            "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{POD_US}.slice/docker-{ID}.scope"
+        ));
+        assert_eq!(
+            container_from_cgroup(&text),
+            Some(format!("pod:{POD}/{SHORT}"))
+        );
+    }
+
+    #[test]
+    fn kubepods_pod_without_container() {
+        let text = v2(&format!(
+            "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{POD_US}.slice"
+        ));
+        assert_eq!(container_from_cgroup(&text), Some(format!("pod:{POD}")));
+    }
+
+    #[test]
+    fn v1_prefers_the_most_informative_line() {
+        let text = format!(
+            "12:pids:/kubepods/burstable/pod{POD}\n11:memory:/kubepods/burstable/pod{POD}/{ID}\n0::/\n"
+        );
+        assert_eq!(
+            container_from_cgroup(&text),
+            Some(format!("pod:{POD}/{SHORT}"))
+        );
+    }
+
+    #[test]
+    fn plain_host_processes_have_no_container() {
+        for path in [
+            "/",
+            "/user.slice/user-1000.slice/session-3.scope",
+            "/user.slice/user-1000.slice/user@1000.service/app.slice/app-gnome-firefox-1234.scope",
+            "/system.slice/sshd.service",
+            "/system.slice/docker.service",
+            "/init.scope",
+        ] {
+            assert_eq!(container_from_cgroup(&v2(path)), None, "{path}");
+            assert_eq!(container_from_cgroup(&v1(path)), None, "{path}");
+        }
+        // A 32-hex job id is not a container id.
+        let text = "4:memory:/process_api/b2778ec4825329207a0c144a11d73e79\n0::/\n";
+        assert_eq!(container_from_cgroup(text), None);
+        assert_eq!(container_from_cgroup(""), None);
+        assert_eq!(container_from_cgroup("garbage"), None);
+    }
+
+    #[test]
+    fn ppid_parses_hostile_comm() {
+        let stat = "4242 (a) b (c)) S 77 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 123 0 0";
+        assert_eq!(ppid_from_stat(stat), Some(77));
+        let stat = "12 (with space) R 3 12 12 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 5 0 0\n";
+        assert_eq!(ppid_from_stat(stat), Some(3));
+        // PID 1 has parent 0: no parent.
+        assert_eq!(ppid_from_stat("1 (systemd) S 0 1 1 0"), None);
+        assert_eq!(ppid_from_stat("1 (systemd"), None);
+        assert_eq!(ppid_from_stat("1 (x) S"), None);
+        assert_eq!(ppid_from_stat(""), None);
+    }
+
+    #[test]
+    fn read_ppid_of_self() {
+        let me = std::process::id();
+        let parent = read_ppid(me);
+        assert!(parent.is_some());
+        assert_ne!(parent, Some(me));
+    }
+
+    #[test]
+    fn passwd_lookup() {
+        let text = "root:x:0:0:root:/root:/bin/bash\n# comment\ngdm:x:120:125:Gnome:/var/lib/gdm3:/bin/false\nbad line\n";
+        assert_eq!(passwd_name(text, 0).as_deref(), Some("root"));
+        assert_eq!(passwd_name(text, 120).as_deref(), Some("gdm"));
+        assert_eq!(passwd_name(text, 5), None);
+    }
+
+    #[test]
+    fn current_user_is_known() {
+        let uid = current_uid().expect("uid of this process");
+        let name = current_user().expect("a name or the numeric uid");
+        assert!(!name.is_empty());
+        if uid == 0 {
+            assert_eq!(name, "root");
+        }
+    }
+
+    #[test]
+    fn pid_reuse_drops_cached_state() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("spawn sleep");
+        let pid = child.id();
+        let mut info = ProcInfo::new().expect("sysinfo supported");
+        info.enrich(&[pid]);
+        std::thread::sleep(MIN_CPU_WINDOW);
+        assert!(info.enrich(&[pid])[&pid].cpu_percent.is_some());
+
+        // Pretend the cached entry belonged to an earlier process with this PID.
+        let t = info.tracked.get_mut(&pid).expect("tracked");
+        t.start_time -= 1;
+        t.container = Some("stale".into());
+        std::thread::sleep(MIN_CPU_WINDOW);
+        let h = &info.enrich(&[pid])[&pid];
+        assert_eq!(h.cpu_percent, None, "new identity: CPU unknown again");
+        assert_ne!(h.container.as_deref(), Some("stale"));
+        assert_eq!(info.tracked[&pid].start_time, h.start_time.expect("start"));
+
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    #[test]
+    fn join_cmd_falls_back_on_empty() {
+        assert_eq!(join_cmd(&[]), None);
+        let cmd = ["sleep".into(), "30".into()];
+        assert_eq!(join_cmd(&cmd).as_deref(), Some("sleep 30"));
     }
 }

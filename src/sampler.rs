@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
-use crate::model::{Frame, SlowReadings, SourceInfo};
+use crate::model::{Frame, HostProc, Sample, SlowReadings, SourceInfo};
 use crate::source::procinfo::ProcInfo;
 use crate::source::{CallProbe, GpuSource, InFlight};
 
@@ -132,7 +132,20 @@ impl Sampler {
             );
         }
 
-        let enrich = source.wants_host_enrichment();
+        let host = if source.wants_host_enrichment() {
+            let host = Arc::new(HostShared::default());
+            let stop = Arc::clone(&stop);
+            let shared = Arc::clone(&host);
+            threads.push(
+                std::thread::Builder::new()
+                    .name("gpuwatch-host".into())
+                    .spawn(move || host_loop(&shared, &stop, options.interval))?,
+            );
+            Some(host)
+        } else {
+            None
+        };
+
         let fast_stop = Arc::clone(&stop);
         let fast_probe = probe.clone();
         let fast_info = Arc::clone(&info);
@@ -140,15 +153,11 @@ impl Sampler {
             std::thread::Builder::new()
                 .name("gpuwatch-sampler".into())
                 .spawn(move || {
-                    let mut procinfo = enrich.then(ProcInfo::new);
+                    let mut collector = Collector::new(source, host, slow_map);
                     let mut seq = 0u64;
                     loop {
                         let started = Instant::now();
-                        let mut sample = source.sample(&fast_probe);
-                        if let Some(procinfo) = procinfo.as_mut() {
-                            enrich_sample(procinfo, &mut sample);
-                        }
-                        merge_slow(&slow_map, &mut sample);
+                        let sample = collector.collect(&fast_probe);
                         seq += 1;
                         let frame = Frame {
                             seq,
@@ -160,10 +169,10 @@ impl Sampler {
                         if tx.send(Some(Arc::new(frame))).is_err() {
                             break;
                         }
-                        if source.finished() {
+                        if collector.source.finished() {
                             break;
                         }
-                        let delay = source.next_delay().unwrap_or(options.interval);
+                        let delay = collector.source.next_delay().unwrap_or(options.interval);
                         if !fast_stop.sleep_until(started + delay) {
                             break;
                         }
@@ -257,7 +266,86 @@ fn describe_hang(waited: Duration, in_flight: Option<&InFlight>) -> String {
     }
 }
 
-fn enrich_sample(procinfo: &mut ProcInfo, sample: &mut crate::model::Sample) {
+/// Host facts shared between the fast thread and the host thread.
+#[derive(Default)]
+struct HostShared {
+    /// Latest host facts per PID, refreshed by the host thread.
+    facts: Mutex<HashMap<u32, HostProc>>,
+    /// The PIDs of the latest sample: what the host thread refreshes.
+    pids: Mutex<Vec<u32>>,
+}
+
+/// Refreshes CPU %, RSS and the rest for the current PIDs, off the fast path (reading `/proc`
+/// costs tens of µs per PID).
+fn host_loop(shared: &HostShared, stop: &Stop, interval: Duration) {
+    let Ok(mut procinfo) = ProcInfo::new() else {
+        return;
+    };
+    loop {
+        let started = Instant::now();
+        let pids = shared
+            .pids
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let fresh = procinfo.enrich(&pids);
+        *shared.facts.lock().unwrap_or_else(PoisonError::into_inner) = fresh;
+        if !stop.sleep_until(started + interval) {
+            break;
+        }
+    }
+}
+
+/// Takes one fast sample and completes it: host facts and the latest slow readings.
+///
+/// PIDs seen for the first time are enriched right here (so a one-shot snapshot names every
+/// process); PIDs already known take the host thread's latest facts, which keeps `/proc` reads
+/// off the fast path.
+pub struct Collector {
+    source: Box<dyn GpuSource>,
+    host: Option<Arc<HostShared>>,
+    /// Enriches first-seen PIDs on the fast thread.
+    first_sight: Option<ProcInfo>,
+    slow: SlowMap,
+}
+
+impl Collector {
+    fn new(source: Box<dyn GpuSource>, host: Option<Arc<HostShared>>, slow: SlowMap) -> Self {
+        let first_sight = host.as_ref().and_then(|_| ProcInfo::new().ok());
+        Self {
+            source,
+            host,
+            first_sight,
+            slow,
+        }
+    }
+
+    /// A collector that does on one thread what the sampler's threads do (host facts are
+    /// read on every call). For benchmarks and tests.
+    pub fn standalone(mut source: Box<dyn GpuSource>) -> Self {
+        let host = source
+            .wants_host_enrichment()
+            .then(|| Arc::new(HostShared::default()));
+        let slow: SlowMap = Arc::default();
+        if let Some(mut s) = source.slow_sampler() {
+            let readings = s.sample_slow(&CallProbe::default());
+            slow.lock().unwrap_or_else(PoisonError::into_inner).extend(readings);
+        }
+        Self::new(source, host, slow)
+    }
+
+    /// Takes and completes one fast sample.
+    pub fn collect(&mut self, probe: &CallProbe) -> Sample {
+        let mut sample = self.source.sample(probe);
+        if let Some(host) = &self.host {
+            enrich(host, self.first_sight.as_mut(), &mut sample);
+        }
+        merge_slow(&self.slow, &mut sample);
+        sample
+    }
+}
+
+fn enrich(host: &HostShared, first_sight: Option<&mut ProcInfo>, sample: &mut Sample) {
     let mut pids: Vec<u32> = sample
         .gpus
         .iter()
@@ -265,17 +353,29 @@ fn enrich_sample(procinfo: &mut ProcInfo, sample: &mut crate::model::Sample) {
         .collect();
     pids.sort_unstable();
     pids.dedup();
-    let hosts = procinfo.enrich(&pids);
+    let mut facts = host.facts.lock().unwrap_or_else(PoisonError::into_inner);
+    let unknown: Vec<u32> = pids
+        .iter()
+        .copied()
+        .filter(|pid| !facts.contains_key(pid))
+        .collect();
+    if !unknown.is_empty()
+        && let Some(procinfo) = first_sight
+    {
+        facts.extend(procinfo.enrich(&unknown));
+    }
     for g in &mut sample.gpus {
         for p in &mut g.processes {
-            if let Some(h) = hosts.get(&p.pid) {
-                p.host = h.clone();
+            if let Some(h) = facts.get(&p.pid) {
+                p.host.clone_from(h);
             }
         }
     }
+    drop(facts);
+    *host.pids.lock().unwrap_or_else(PoisonError::into_inner) = pids;
 }
 
-fn merge_slow(map: &SlowMap, sample: &mut crate::model::Sample) {
+fn merge_slow(map: &SlowMap, sample: &mut Sample) {
     let map = map.lock().unwrap_or_else(PoisonError::into_inner);
     if map.is_empty() {
         return;

@@ -504,3 +504,39 @@ compute_instance = 0
         .expect("by uuid");
     assert!(by_uuid.mig_is_mig_device_handle().expect("is mig"));
 }
+
+#[test]
+fn epoch_and_speed_place_t() {
+    let fx = Fixture::new(
+        "[clock]\nspeed = 2\n[[gpu]]\nmemory_total = \"80GiB\"\nmemory_reserved = \"0\"\nbase_used = { linear = [[0, 0], [1000, \"1000MiB\"]] }\n",
+        None,
+    );
+    let wall = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs_f64();
+    // t = (now - epoch) * speed = 100 s * 2 = 200 s: base_used = 200 MiB.
+    // SAFETY: the fixture holds the serialisation lock.
+    unsafe { std::env::set_var("FAKE_NVML_EPOCH", (wall - 100.0).to_string()) };
+    let nvml = fx.init().expect("init");
+    let used = nvml
+        .device_by_index(0)
+        .expect("handle")
+        .memory_info()
+        .expect("memory")
+        .used;
+    let mib = used as f64 / MIB as f64;
+    assert!((199.0..=205.0).contains(&mib), "{mib} MiB");
+    // FAKE_NVML_FREEZE wins over the clock.
+    drop(nvml);
+    unsafe { std::env::set_var("FAKE_NVML_FREEZE", "500") };
+    let nvml = fx.init().expect("init");
+    let used = nvml
+        .device_by_index(0)
+        .expect("handle")
+        .memory_info()
+        .expect("memory")
+        .used;
+    assert_eq!(used, 500 * MIB);
+    unsafe { std::env::remove_var("FAKE_NVML_EPOCH") };
+}

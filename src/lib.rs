@@ -2,5 +2,7 @@
 //! job fit?". The binary is a thin shell over this library; every front end (snapshot, pick,
 //! the dashboard, the daemon) consumes the same frames from the sampler.
 
+pub mod config;
 pub mod model;
 pub mod source;
+pub mod watch;

@@ -268,6 +268,30 @@ fn unknown_nested_tables_are_unknown_keys() {
 }
 
 #[test]
+fn unknown_keys_in_inline_tables_are_found() {
+    let e = err_text("sampling = { interval = \"1s\", every = \"2s\" }");
+    assert!(
+        e.contains("unknown key 'sampling.every' at line 1, column 31"),
+        "{e}"
+    );
+}
+
+#[test]
+fn enum_names_agree_with_clap() {
+    use clap::ValueEnum;
+    for v in ColorChoice::value_variants() {
+        let name = v.to_possible_value().unwrap().get_name().to_owned();
+        assert_eq!(v.to_string(), name);
+        assert_eq!(name.parse::<ColorChoice>(), Ok(*v));
+    }
+    for v in PickFormat::value_variants() {
+        let name = v.to_possible_value().unwrap().get_name().to_owned();
+        assert_eq!(v.to_string(), name);
+        assert_eq!(name.parse::<PickFormat>(), Ok(*v));
+    }
+}
+
+#[test]
 fn command_line_over_file_over_defaults() {
     let file = parse(
         "[sampling]\ninterval = \"2s\"\nhang-timeout = \"9s\"\n[pick]\ncount = 2\nformat = \"uuid\"",
@@ -490,4 +514,81 @@ fn default_values_lie_in_their_ranges() {
     assert!(REINIT_BACKOFF_MAX_RANGE.contains(d.nvml.reinit_backoff_max));
     assert!(HISTORY_WINDOW_RANGE.contains(d.history.window));
     assert!(d.pick.count >= MIN_PICK_COUNT);
+}
+
+/// The public parsers plug into clap as value parsers, and clap's message names the flag.
+mod with_clap {
+    use clap::Parser;
+
+    use super::*;
+    use crate::watch::WatchSpec;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[arg(long, value_parser = |s: &str| parse_duration_in(INTERVAL_RANGE, s))]
+        interval: Option<Duration>,
+        #[arg(long, value_parser = parse_size)]
+        min_free: Option<u64>,
+        #[arg(long, value_parser = parse_count)]
+        count: Option<u32>,
+        #[arg(long)]
+        watch: Vec<WatchSpec>,
+        #[arg(long, value_enum)]
+        color: Option<ColorChoice>,
+        #[arg(long, value_enum)]
+        format: Option<PickFormat>,
+    }
+
+    fn try_parse(args: &[&str]) -> Result<Cli, String> {
+        Cli::try_parse_from(std::iter::once("gpuwatch").chain(args.iter().copied()))
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn flags_parse() {
+        let cli = try_parse(&[
+            "--interval",
+            "250ms",
+            "--min-free",
+            "8GiB",
+            "--count",
+            "2",
+            "--watch",
+            "pid:4",
+            "--watch",
+            "cmd:train",
+            "--color",
+            "never",
+            "--format",
+            "uuid",
+        ])
+        .unwrap();
+        assert_eq!(cli.interval, Some(Duration::from_millis(250)));
+        assert_eq!(cli.min_free, Some(8 << 30));
+        assert_eq!(cli.count, Some(2));
+        assert_eq!(cli.watch.len(), 2);
+        assert_eq!(cli.color, Some(ColorChoice::Never));
+        assert_eq!(cli.format, Some(PickFormat::Uuid));
+    }
+
+    #[test]
+    fn flag_errors_name_the_flag_and_the_form() {
+        let e = try_parse(&["--interval", "5ms"]).unwrap_err();
+        assert!(
+            e.contains(
+                "invalid value '5ms' for '--interval <INTERVAL>': out of range (expected a \
+                 duration from 100ms to 60s)"
+            ),
+            "{e}"
+        );
+        let e = try_parse(&["--min-free", "8G"]).unwrap_err();
+        assert!(e.contains("'--min-free <MIN_FREE>': ambiguous"), "{e}");
+        let e = try_parse(&["--watch", "foo"]).unwrap_err();
+        assert!(
+            e.contains("invalid watch spec 'foo': expected pid:N, user:NAME or cmd:REGEX"),
+            "{e}"
+        );
+        let e = try_parse(&["--count", "0"]).unwrap_err();
+        assert!(e.contains("'--count <COUNT>': out of range"), "{e}");
+    }
 }

@@ -1,0 +1,719 @@
+//! Configuration: the config file, the command-line overrides, and the resolved [`Config`]
+//! every front end reads.
+//!
+//! Layers, highest first: command line ([`Overrides`]) over the config file ([`ConfigFile`])
+//! over the defaults ([`Config::default`], documented in `config/default.toml`, which a test
+//! keeps equal to the defaults). [`resolve`] merges them in one place and checks every value
+//! with the same ranges whichever layer it came from, so an error names the flag or the file
+//! and key it came from.
+//!
+//! The file is looked up by [`locate`]: `--config PATH` (which must exist), else
+//! `$XDG_CONFIG_HOME/gpuwatch/config.toml`, else `$HOME/.config/gpuwatch/config.toml`; a
+//! default file that does not exist means "all defaults". The environment is passed in, never
+//! read deep inside, so tests can inject it.
+
+mod error;
+mod file;
+mod value;
+
+use std::ffi::OsString;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
+
+pub use error::{ConfigError, Origin};
+pub use file::{
+    ConfigFile, DisplayFile, HistoryFile, NvmlFile, PickFile, SCHEMA, SamplingFile, SnapshotFile,
+    WatchFile,
+};
+pub use value::{
+    DurationRange, HANG_TIMEOUT_RANGE, HISTORY_WINDOW_RANGE, INTERVAL_RANGE, MIN_PICK_COUNT,
+    REINIT_BACKOFF_MAX_RANGE, SLOW_INTERVAL_RANGE, ValueError, check_count, check_duration,
+    format_duration, format_size, parse_count, parse_duration_in, parse_size,
+};
+
+use crate::watch::WatchSpec;
+
+/// The command-line flags that override config keys, so messages and the CLI agree.
+pub mod flags {
+    pub const CONFIG: &str = "--config";
+    pub const INTERVAL: &str = "--interval";
+    pub const SLOW_INTERVAL: &str = "--slow-interval";
+    pub const HANG_TIMEOUT: &str = "--hang-timeout";
+    pub const NVML_LIBRARY: &str = "--nvml-library";
+    pub const COLOR: &str = "--color";
+    pub const WATCH: &str = "--watch";
+    pub const MIN_FREE: &str = "--min-free";
+    pub const COUNT: &str = "--count";
+    pub const FORMAT: &str = "--format";
+}
+
+/// The resolved configuration: every value present and checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    pub sampling: SamplingConfig,
+    pub nvml: NvmlConfig,
+    pub display: DisplayConfig,
+    pub watch: WatchConfig,
+    pub pick: PickConfig,
+    pub history: HistoryConfig,
+    pub snapshot: SnapshotConfig,
+}
+
+/// `[sampling]`: the sampler's cadences.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SamplingConfig {
+    /// Fast cadence: memory, utilisation, processes. [`INTERVAL_RANGE`].
+    pub interval: Duration,
+    /// Slow cadence: PCIe throughput, energy, clocks, ECC. [`SLOW_INTERVAL_RANGE`], and at
+    /// least `interval`.
+    pub slow_interval: Duration,
+    /// How long a one-shot command waits for the first sample before it reports which call
+    /// hangs. [`HANG_TIMEOUT_RANGE`].
+    pub hang_timeout: Duration,
+}
+
+/// `[nvml]`: how the driver library is loaded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NvmlConfig {
+    /// The NVML library to load; `None`: the system's `libnvidia-ml.so.1`.
+    pub library: Option<PathBuf>,
+    /// Longest wait between attempts to reinitialise NVML after it failed.
+    /// [`REINIT_BACKOFF_MAX_RANGE`].
+    pub reinit_backoff_max: Duration,
+}
+
+/// `[display]`
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DisplayConfig {
+    pub color: ColorChoice,
+}
+
+/// `[watch]`: the watched set ("mine"); see [`crate::watch`].
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct WatchConfig {
+    /// Empty: the invoking user's processes.
+    pub specs: Vec<WatchSpec>,
+}
+
+/// `[pick]`: defaults for `gpuwatch pick`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PickConfig {
+    /// Only GPUs with at least this much free memory, in bytes.
+    pub min_free: u64,
+    /// How many GPUs to print; at least [`MIN_PICK_COUNT`].
+    pub count: u32,
+    pub format: PickFormat,
+}
+
+/// `[history]`: in-memory history kept by front ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HistoryConfig {
+    /// [`HISTORY_WINDOW_RANGE`].
+    pub window: Duration,
+}
+
+/// `[snapshot]`
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SnapshotConfig {
+    /// The "unattributed" row is shown when it holds at least this many bytes; less is noise.
+    pub show_unattributed_min: u64,
+}
+
+/// When to use colours.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum ColorChoice {
+    /// Colour when the output is a terminal (and `NO_COLOR` is unset).
+    #[default]
+    Auto,
+    Always,
+    Never,
+}
+
+/// How `gpuwatch pick` prints its choice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum PickFormat {
+    /// GPU UUIDs, comma-separated.
+    Uuid,
+    /// NVML indices, comma-separated.
+    Index,
+    /// `CUDA_VISIBLE_DEVICES=…`, ready for `export` or `env`.
+    #[default]
+    Env,
+}
+
+/// A small closed set of names, parsed case-insensitively and written in lowercase.
+trait Named: Sized + Copy + 'static {
+    const ALL: &'static [(&'static str, Self)];
+    const NAMES: &'static [&'static str];
+
+    fn name(self) -> &'static str
+    where
+        Self: PartialEq,
+    {
+        Self::ALL
+            .iter()
+            .find(|(_, v)| *v == self)
+            .map_or("", |(n, _)| n)
+    }
+
+    fn parse_name(text: &str) -> Result<Self, ValueError> {
+        let text = text.trim();
+        Self::ALL
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(text))
+            .map(|(_, v)| *v)
+            .ok_or(ValueError::NotOneOf {
+                expected: Self::NAMES,
+            })
+    }
+}
+
+impl Named for ColorChoice {
+    const ALL: &'static [(&'static str, Self)] = &[
+        ("auto", ColorChoice::Auto),
+        ("always", ColorChoice::Always),
+        ("never", ColorChoice::Never),
+    ];
+    const NAMES: &'static [&'static str] = &["auto", "always", "never"];
+}
+
+impl Named for PickFormat {
+    const ALL: &'static [(&'static str, Self)] = &[
+        ("uuid", PickFormat::Uuid),
+        ("index", PickFormat::Index),
+        ("env", PickFormat::Env),
+    ];
+    const NAMES: &'static [&'static str] = &["uuid", "index", "env"];
+}
+
+impl FromStr for ColorChoice {
+    type Err = ValueError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::parse_name(s)
+    }
+}
+
+impl fmt::Display for ColorChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for PickFormat {
+    type Err = ValueError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::parse_name(s)
+    }
+}
+
+impl fmt::Display for PickFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            sampling: SamplingConfig {
+                interval: Duration::from_secs(1),
+                slow_interval: Duration::from_secs(10),
+                hang_timeout: Duration::from_secs(5),
+            },
+            nvml: NvmlConfig {
+                library: None,
+                reinit_backoff_max: Duration::from_secs(30),
+            },
+            display: DisplayConfig {
+                color: ColorChoice::Auto,
+            },
+            watch: WatchConfig { specs: Vec::new() },
+            pick: PickConfig {
+                min_free: 0,
+                count: 1,
+                format: PickFormat::Env,
+            },
+            history: HistoryConfig {
+                window: Duration::from_mins(10),
+            },
+            snapshot: SnapshotConfig {
+                show_unattributed_min: 1 << 20,
+            },
+        }
+    }
+}
+
+/// What the command line can set. `None`: not given, the file or default applies.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Overrides {
+    /// `--interval`
+    pub interval: Option<Duration>,
+    /// `--slow-interval`
+    pub slow_interval: Option<Duration>,
+    /// `--hang-timeout`
+    pub hang_timeout: Option<Duration>,
+    /// `--nvml-library`
+    pub nvml_library: Option<PathBuf>,
+    /// `--color`
+    pub color: Option<ColorChoice>,
+    /// `--watch` (repeatable); when given, replaces `watch.specs` from the file.
+    pub watch: Option<Vec<WatchSpec>>,
+    /// `--min-free`, bytes.
+    pub pick_min_free: Option<u64>,
+    /// `--count`
+    pub pick_count: Option<u32>,
+    /// `--format`
+    pub pick_format: Option<PickFormat>,
+}
+
+/// The layering rule, in one place: the command line wins over the file, the file over the
+/// default.
+fn layer<T>(cli: Option<T>, file: Option<T>, default: T) -> T {
+    cli.or(file).unwrap_or(default)
+}
+
+/// A value together with where it came from (for messages about values that conflict).
+struct Sourced<T> {
+    value: T,
+    origin: Origin,
+}
+
+/// Checks and converts the values of one layer, naming the origin in errors.
+struct Checker<'a> {
+    path: &'a str,
+}
+
+impl Checker<'_> {
+    fn file_origin(&self, key: &str) -> Origin {
+        Origin::File {
+            path: self.path.to_owned(),
+            key: key.to_owned(),
+        }
+    }
+
+    /// A string value from the file, converted by `parse`.
+    fn file<T>(
+        &self,
+        key: &str,
+        text: Option<&str>,
+        parse: impl FnOnce(&str) -> Result<T, ValueError>,
+    ) -> Result<Option<Sourced<T>>, ConfigError> {
+        let Some(text) = text else { return Ok(None) };
+        let origin = self.file_origin(key);
+        match parse(text) {
+            Ok(value) => Ok(Some(Sourced { value, origin })),
+            Err(problem) => Err(ConfigError::Invalid {
+                origin,
+                value: toml::Value::String(text.to_owned()).to_string(),
+                problem: Box::new(problem),
+            }),
+        }
+    }
+}
+
+/// A value from the command line, checked by `check`; `show` formats it back for messages.
+fn cli<T>(
+    flag: &'static str,
+    value: Option<T>,
+    show: impl FnOnce(&T) -> String,
+    check: impl FnOnce(&T) -> Result<(), ValueError>,
+) -> Result<Option<Sourced<T>>, ConfigError> {
+    let Some(value) = value else { return Ok(None) };
+    match check(&value) {
+        Ok(()) => Ok(Some(Sourced {
+            value,
+            origin: Origin::Flag(flag),
+        })),
+        Err(problem) => Err(ConfigError::Invalid {
+            origin: Origin::Flag(flag),
+            value: show(&value),
+            problem: Box::new(problem),
+        }),
+    }
+}
+
+fn default<T>(key: &str, value: T) -> Sourced<T> {
+    Sourced {
+        value,
+        origin: Origin::Default {
+            key: key.to_owned(),
+        },
+    }
+}
+
+fn duration_in(range: DurationRange) -> impl Fn(&str) -> Result<Duration, ValueError> {
+    move |text| parse_duration_in(range, text)
+}
+
+fn check_range(range: DurationRange) -> impl Fn(&Duration) -> Result<(), ValueError> {
+    move |d| check_duration(range, *d)
+}
+
+fn show_duration(d: &Duration) -> String {
+    format_duration(*d)
+}
+
+/// Merges the command line over the file over the defaults and checks every value.
+///
+/// Every value in the file is checked, even one the command line overrides: a broken file is
+/// reported rather than silently shadowed. `sampling.slow-interval` left at its default is
+/// raised to `sampling.interval` when the interval is longer; set explicitly shorter than the
+/// interval, it is an error.
+pub fn resolve(file: ConfigFile, overrides: &Overrides) -> Result<Config, ConfigError> {
+    let d = Config::default();
+    let path = file.display_path();
+    let base_dir = file.path.as_deref().and_then(Path::parent);
+    let f = Checker { path: &path };
+    let o = overrides;
+
+    let sampling = resolve_sampling(&f, &file.sampling.unwrap_or_default(), o, d.sampling)?;
+    let nvml = resolve_nvml(&f, &file.nvml.unwrap_or_default(), base_dir, o, d.nvml)?;
+
+    let display = file.display.unwrap_or_default();
+    let color = f.file(
+        "display.color",
+        display.color.as_deref(),
+        ColorChoice::parse_name,
+    )?;
+
+    let watch = file.watch.unwrap_or_default();
+    let mut file_specs = None;
+    if let Some(texts) = watch.specs {
+        let mut specs = Vec::with_capacity(texts.len());
+        for (i, text) in texts.iter().enumerate() {
+            let spec = f.file(&format!("watch.specs[{i}]"), Some(text), |t| {
+                t.parse::<WatchSpec>()
+                    .map_err(|e| ValueError::WatchSpec(e.problem))
+            })?;
+            specs.extend(spec.map(|s| s.value));
+        }
+        file_specs = Some(specs);
+    }
+
+    let pick = resolve_pick(&f, &file.pick.unwrap_or_default(), o, d.pick)?;
+
+    let history = file.history.unwrap_or_default();
+    let window = f.file(
+        "history.window",
+        history.window.as_deref(),
+        duration_in(HISTORY_WINDOW_RANGE),
+    )?;
+
+    let snapshot = file.snapshot.unwrap_or_default();
+    let unattributed = f.file(
+        "snapshot.show-unattributed-min",
+        snapshot.show_unattributed_min.as_deref(),
+        parse_size,
+    )?;
+
+    Ok(Config {
+        sampling,
+        nvml,
+        display: DisplayConfig {
+            color: layer(o.color, value(color), d.display.color),
+        },
+        watch: WatchConfig {
+            specs: layer(o.watch.clone(), file_specs, d.watch.specs),
+        },
+        pick,
+        history: HistoryConfig {
+            window: layer(None, value(window), d.history.window),
+        },
+        snapshot: SnapshotConfig {
+            show_unattributed_min: layer(
+                None,
+                value(unattributed),
+                d.snapshot.show_unattributed_min,
+            ),
+        },
+    })
+}
+
+/// The value of a layer, without its origin.
+fn value<T>(layer: Option<Sourced<T>>) -> Option<T> {
+    layer.map(|s| s.value)
+}
+
+fn resolve_sampling(
+    f: &Checker<'_>,
+    file: &SamplingFile,
+    o: &Overrides,
+    d: SamplingConfig,
+) -> Result<SamplingConfig, ConfigError> {
+    let file_interval = f.file(
+        "sampling.interval",
+        file.interval.as_deref(),
+        duration_in(INTERVAL_RANGE),
+    )?;
+    let file_slow = f.file(
+        "sampling.slow-interval",
+        file.slow_interval.as_deref(),
+        duration_in(SLOW_INTERVAL_RANGE),
+    )?;
+    let file_hang = f.file(
+        "sampling.hang-timeout",
+        file.hang_timeout.as_deref(),
+        duration_in(HANG_TIMEOUT_RANGE),
+    )?;
+    let interval = layer(
+        cli(
+            flags::INTERVAL,
+            o.interval,
+            show_duration,
+            check_range(INTERVAL_RANGE),
+        )?,
+        file_interval,
+        default("sampling.interval", d.interval),
+    );
+    let slow = layer(
+        cli(
+            flags::SLOW_INTERVAL,
+            o.slow_interval,
+            show_duration,
+            check_range(SLOW_INTERVAL_RANGE),
+        )?,
+        file_slow,
+        default("sampling.slow-interval", d.slow_interval),
+    );
+    let hang_timeout = layer(
+        value(cli(
+            flags::HANG_TIMEOUT,
+            o.hang_timeout,
+            show_duration,
+            check_range(HANG_TIMEOUT_RANGE),
+        )?),
+        value(file_hang),
+        d.hang_timeout,
+    );
+    Ok(SamplingConfig {
+        slow_interval: slow_interval_for(&interval, &slow)?,
+        interval: interval.value,
+        hang_timeout,
+    })
+}
+
+fn resolve_nvml(
+    f: &Checker<'_>,
+    file: &NvmlFile,
+    base_dir: Option<&Path>,
+    o: &Overrides,
+    d: NvmlConfig,
+) -> Result<NvmlConfig, ConfigError> {
+    let file_library = f.file("nvml.library", file.library.as_deref(), |text| {
+        library_path(text, base_dir)
+    })?;
+    let file_backoff = f.file(
+        "nvml.reinit-backoff-max",
+        file.reinit_backoff_max.as_deref(),
+        duration_in(REINIT_BACKOFF_MAX_RANGE),
+    )?;
+    let cli_library = cli(
+        flags::NVML_LIBRARY,
+        o.nvml_library.clone(),
+        |p| p.display().to_string(),
+        |p| {
+            if p.as_os_str().is_empty() {
+                Err(ValueError::EmptyPath)
+            } else {
+                Ok(())
+            }
+        },
+    )?;
+    Ok(NvmlConfig {
+        library: layer(
+            value(cli_library).map(Some),
+            value(file_library).map(Some),
+            d.library,
+        ),
+        reinit_backoff_max: layer(None, value(file_backoff), d.reinit_backoff_max),
+    })
+}
+
+fn resolve_pick(
+    f: &Checker<'_>,
+    file: &PickFile,
+    o: &Overrides,
+    d: PickConfig,
+) -> Result<PickConfig, ConfigError> {
+    let min_free = f.file("pick.min-free", file.min_free.as_deref(), parse_size)?;
+    let count = match file.count {
+        None => None,
+        Some(n) => Some(check_count(n).map_err(|problem| ConfigError::Invalid {
+            origin: f.file_origin("pick.count"),
+            value: n.to_string(),
+            problem: Box::new(problem),
+        })?),
+    };
+    let format = f.file(
+        "pick.format",
+        file.format.as_deref(),
+        PickFormat::parse_name,
+    )?;
+    let cli_count = cli(flags::COUNT, o.pick_count, u32::to_string, |n| {
+        check_count(i64::from(*n)).map(|_| ())
+    })?;
+    Ok(PickConfig {
+        min_free: layer(o.pick_min_free, value(min_free), d.min_free),
+        count: layer(value(cli_count), count, d.count),
+        format: layer(o.pick_format, value(format), d.format),
+    })
+}
+
+/// The slow cadence must not be faster than the fast one. Left at its default, it follows a
+/// longer interval; set explicitly, a shorter value is an error naming both origins.
+fn slow_interval_for(
+    interval: &Sourced<Duration>,
+    slow: &Sourced<Duration>,
+) -> Result<Duration, ConfigError> {
+    if slow.value >= interval.value {
+        return Ok(slow.value);
+    }
+    if matches!(slow.origin, Origin::Default { .. }) {
+        return Ok(interval.value);
+    }
+    Err(ConfigError::Conflict {
+        message: format!(
+            "the slow interval {} ({}) is shorter than the interval {} ({}); the slow cadence \
+             must be at least the fast one",
+            format_duration(slow.value),
+            slow.origin,
+            format_duration(interval.value),
+            interval.origin,
+        ),
+    })
+}
+
+/// `nvml.library`: a bare file name is left to the dynamic loader's search; any other relative
+/// path is taken relative to the config file's directory.
+fn library_path(text: &str, base_dir: Option<&Path>) -> Result<PathBuf, ValueError> {
+    if text.trim().is_empty() {
+        return Err(ValueError::EmptyPath);
+    }
+    let path = PathBuf::from(text);
+    let bare_name = path.components().count() == 1 && path.is_relative();
+    Ok(match base_dir {
+        Some(dir) if path.is_relative() && !bare_name => dir.join(path),
+        _ => path,
+    })
+}
+
+impl Config {
+    /// The effective configuration as a TOML config file (for `gpuwatch print-config`).
+    /// Parsing the text and resolving it without overrides gives this config back.
+    pub fn to_toml(&self) -> String {
+        let file = ConfigFile {
+            path: None,
+            sampling: Some(SamplingFile {
+                interval: Some(format_duration(self.sampling.interval)),
+                slow_interval: Some(format_duration(self.sampling.slow_interval)),
+                hang_timeout: Some(format_duration(self.sampling.hang_timeout)),
+            }),
+            nvml: Some(NvmlFile {
+                library: self
+                    .nvml
+                    .library
+                    .as_ref()
+                    .map(|p| p.to_string_lossy().into_owned()),
+                reinit_backoff_max: Some(format_duration(self.nvml.reinit_backoff_max)),
+            }),
+            display: Some(DisplayFile {
+                color: Some(self.display.color.to_string()),
+            }),
+            watch: Some(WatchFile {
+                specs: Some(self.watch.specs.iter().map(ToString::to_string).collect()),
+            }),
+            pick: Some(PickFile {
+                min_free: Some(format_size(self.pick.min_free)),
+                count: Some(i64::from(self.pick.count)),
+                format: Some(self.pick.format.to_string()),
+            }),
+            history: Some(HistoryFile {
+                window: Some(format_duration(self.history.window)),
+            }),
+            snapshot: Some(SnapshotFile {
+                show_unattributed_min: Some(format_size(self.snapshot.show_unattributed_min)),
+            }),
+        };
+        let body = toml::to_string(&file)
+            .unwrap_or_else(|e| format!("# cannot write the config as TOML: {e}\n"));
+        format!("# gpuwatch: effective configuration\n\n{body}")
+    }
+}
+
+/// Which config file to read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Location {
+    /// Given with `--config`: it must exist.
+    Explicit(PathBuf),
+    /// The default place: it may be missing (then: defaults).
+    Default(PathBuf),
+    /// No default place could be worked out (neither `XDG_CONFIG_HOME` nor `HOME` set).
+    None,
+}
+
+/// The default config file: `$XDG_CONFIG_HOME/gpuwatch/config.toml` when `XDG_CONFIG_HOME` is
+/// an absolute path (the XDG spec says to ignore a relative one), else
+/// `$HOME/.config/gpuwatch/config.toml`.
+pub fn default_path(env: &dyn Fn(&str) -> Option<OsString>) -> Option<PathBuf> {
+    let non_empty = |key| {
+        env(key)
+            .filter(|v: &OsString| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    let base = non_empty("XDG_CONFIG_HOME")
+        .filter(|p| p.is_absolute())
+        .or_else(|| non_empty("HOME").map(|home| home.join(".config")))?;
+    Some(base.join("gpuwatch").join("config.toml"))
+}
+
+/// Where to look: `explicit` (from `--config`) when given, else [`default_path`].
+pub fn locate(explicit: Option<&Path>, env: &dyn Fn(&str) -> Option<OsString>) -> Location {
+    match explicit {
+        Some(path) => Location::Explicit(path.to_owned()),
+        None => default_path(env).map_or(Location::None, Location::Default),
+    }
+}
+
+/// Reads the config file at `location`; a missing default file gives an empty file (all
+/// defaults), a missing explicit one is an error.
+pub fn read(location: &Location) -> Result<ConfigFile, ConfigError> {
+    let (path, required) = match location {
+        Location::Explicit(p) => (p, true),
+        Location::Default(p) => (p, false),
+        Location::None => return Ok(ConfigFile::default()),
+    };
+    match std::fs::read_to_string(path) {
+        Ok(text) => ConfigFile::parse(&text, path),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if required {
+                Err(ConfigError::NotFound { path: path.clone() })
+            } else {
+                Ok(ConfigFile::default())
+            }
+        }
+        Err(source) => Err(ConfigError::Read {
+            path: path.clone(),
+            source,
+        }),
+    }
+}
+
+/// Finds, reads and resolves the configuration: what a front end calls at start-up, with
+/// `--config` as `explicit` and [`process_env`] as `env`.
+pub fn load(
+    explicit: Option<&Path>,
+    overrides: &Overrides,
+    env: &dyn Fn(&str) -> Option<OsString>,
+) -> Result<Config, ConfigError> {
+    resolve(read(&locate(explicit, env))?, overrides)
+}
+
+/// The real process environment, for [`load`] and [`locate`].
+pub fn process_env(key: &str) -> Option<OsString> {
+    std::env::var_os(key)
+}
+
+#[cfg(test)]
+mod tests;

@@ -50,8 +50,9 @@ fn scenario_path() -> PathBuf {
 }
 
 fn bench_case(c: &mut Criterion, gpus: usize, procs: usize) {
-    let sleepers: Vec<common::Sleeper> =
-        (0..gpus * procs).map(|_| common::Sleeper::spawn()).collect();
+    let sleepers: Vec<common::Sleeper> = (0..gpus * procs)
+        .map(|_| common::Sleeper::spawn())
+        .collect();
     let pids: Vec<u32> = sleepers.iter().map(common::Sleeper::pid).collect();
     std::fs::write(scenario_path(), scenario(gpus, procs, &pids)).expect("write scenario");
     // Let the double's reload check (every 50 ms) see the new file.
@@ -68,9 +69,12 @@ fn bench_case(c: &mut Criterion, gpus: usize, procs: usize) {
     assert_eq!(first.gpus.len(), gpus);
     assert!(first.gpus.iter().all(|g| g.processes.len() == procs));
     assert!(first.gpus[0].processes.iter().all(|p| p.host.visible));
-    c.bench_function(&format!("fast sample {gpus} GPU x {procs} processes"), |b| {
-        b.iter(|| collector.collect(&probe));
-    });
+    c.bench_function(
+        &format!("fast sample {gpus} GPU x {procs} processes"),
+        |b| {
+            b.iter(|| collector.collect(&probe));
+        },
+    );
     drop(sleepers);
 }
 

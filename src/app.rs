@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime};
 use clap::CommandFactory;
 
 use crate::cli::{Cli, Command, GlobalArgs, PickArgs, RecordArgs, SnapshotArgs};
-use crate::config::{ColorMode, Config, Overrides};
+use crate::config::{ColorChoice, Config, Overrides};
 use crate::model::{Frame, ProcSample};
 use crate::output::{json, table};
 use crate::sampler::{Sampler, SamplerOptions};
@@ -18,7 +18,7 @@ use crate::source::GpuSource;
 use crate::source::nvml::{NvmlOptions, NvmlSource};
 use crate::source::replay::{ReplayOptions, ReplaySource};
 use crate::source::scripted::ScriptedSource;
-use crate::watch::{WatchSet, WatchSpec};
+use crate::watch::WatchSet;
 
 /// A failure with the exit code it maps to.
 #[derive(Debug)]
@@ -87,27 +87,34 @@ fn load_config(cli: &Cli) -> Result<Config> {
         interval: g.interval,
         nvml_library: g.nvml_lib.clone(),
         watch: (!g.watch.is_empty()).then(|| g.watch.clone()),
+        hang_timeout: None,
         ..Overrides::default()
     };
     if g.no_color || std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty()) {
-        overrides.color = Some(ColorMode::Never);
+        overrides.color = Some(ColorChoice::Never);
     }
     if let Some(Command::Pick(p)) = &cli.command {
         overrides.pick_min_free = p.min_free;
         overrides.pick_count = p.count;
         overrides.pick_format = p.format;
     }
-    crate::config::load(g.config.as_deref(), &overrides, &crate::config::process_env())
+    crate::config::load(g.config.as_deref(), &overrides, &crate::config::process_env)
         .map_err(Failure::setup)
 }
 
 /// Opens the source the global options ask for.
-pub fn open_source(g: &GlobalArgs, config: &Config, start_at: Option<f64>) -> Result<Box<dyn GpuSource>> {
+pub fn open_source(
+    g: &GlobalArgs,
+    config: &Config,
+    start_at: Option<f64>,
+) -> Result<Box<dyn GpuSource>> {
     if g.demo {
         return Ok(Box::new(ScriptedSource::demo().map_err(Failure::setup)?));
     }
     if let Some(path) = &g.scenario {
-        return Ok(Box::new(ScriptedSource::load(path).map_err(Failure::setup)?));
+        return Ok(Box::new(
+            ScriptedSource::load(path).map_err(Failure::setup)?,
+        ));
     }
     if let Some(path) = &g.replay {
         let opts = ReplayOptions {
@@ -115,7 +122,9 @@ pub fn open_source(g: &GlobalArgs, config: &Config, start_at: Option<f64>) -> Re
             start_at,
             looped: false,
         };
-        return Ok(Box::new(ReplaySource::open(path, opts).map_err(Failure::setup)?));
+        return Ok(Box::new(
+            ReplaySource::open(path, opts).map_err(Failure::setup)?,
+        ));
     }
     let source = NvmlSource::open(NvmlOptions {
         library: config.nvml.library.clone(),
@@ -132,7 +141,12 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
         .map_err(|e| Failure::runtime(format!("cannot start the async runtime: {e}")))
 }
 
-fn start(g: &GlobalArgs, config: &Config, start_at: Option<f64>, interval: Option<Duration>) -> Result<Sampler> {
+fn start(
+    g: &GlobalArgs,
+    config: &Config,
+    start_at: Option<f64>,
+    interval: Option<Duration>,
+) -> Result<Sampler> {
     let source = open_source(g, config, start_at)?;
     Sampler::spawn(
         source,
@@ -144,26 +158,24 @@ fn start(g: &GlobalArgs, config: &Config, start_at: Option<f64>, interval: Optio
     .map_err(|e| Failure::runtime(format!("cannot start the sampler thread: {e}")))
 }
 
-fn first_frame(rt: &tokio::runtime::Runtime, sampler: &Sampler, config: &Config) -> Result<Arc<Frame>> {
+fn first_frame(
+    rt: &tokio::runtime::Runtime,
+    sampler: &Sampler,
+    config: &Config,
+) -> Result<Arc<Frame>> {
     rt.block_on(sampler.first_frame(config.sampling.hang_timeout))
         .map_err(Failure::runtime)
 }
 
 /// The watched set ("mine") for this frame's source.
-fn watch_set(config: &Config, frame: &Frame) -> Result<WatchSet> {
-    let specs = config
-        .watch
-        .specs
-        .iter()
-        .map(|s| WatchSpec::parse(s))
-        .collect::<std::result::Result<Vec<_>, _>>()
-        .map_err(Failure::setup)?;
+fn watch_set(config: &Config, frame: &Frame) -> WatchSet {
+    let specs = config.watch.specs.clone();
     let me = frame
         .source
         .me
         .clone()
         .or_else(crate::source::procinfo::current_user);
-    Ok(WatchSet::new(specs, me))
+    WatchSet::new(specs, me)
 }
 
 fn watched_fn(set: &WatchSet) -> impl Fn(&ProcSample) -> bool + '_ {
@@ -172,9 +184,9 @@ fn watched_fn(set: &WatchSet) -> impl Fn(&ProcSample) -> bool + '_ {
 
 fn color(config: &Config) -> bool {
     match config.display.color {
-        ColorMode::Always => true,
-        ColorMode::Never => false,
-        ColorMode::Auto => std::io::stdout().is_terminal(),
+        ColorChoice::Always => true,
+        ColorChoice::Never => false,
+        ColorChoice::Auto => std::io::stdout().is_terminal(),
     }
 }
 
@@ -206,21 +218,19 @@ fn select_gpus(frame: &Frame, wanted: &[String]) -> Result<Vec<u32>> {
             }
             hits.first().copied()
         };
-        match found {
-            Some(g) => out.push(g.index),
-            None => {
-                let known: Vec<String> = frame
-                    .sample
-                    .gpus
-                    .iter()
-                    .map(|g| format!("{} ({})", g.index, g.uuid))
-                    .collect();
-                return Err(Failure::setup(format!(
-                    "--gpu '{w}' is not a GPU here (expected an index or UUID among: {})",
-                    known.join(", ")
-                )));
-            }
-        }
+        let Some(g) = found else {
+            let known: Vec<String> = frame
+                .sample
+                .gpus
+                .iter()
+                .map(|g| format!("{} ({})", g.index, g.uuid))
+                .collect();
+            return Err(Failure::setup(format!(
+                "--gpu '{w}' is not a GPU here (expected an index or UUID among: {})",
+                known.join(", ")
+            )));
+        };
+        out.push(g.index);
     }
     Ok(out)
 }
@@ -230,7 +240,7 @@ fn snapshot(g: &GlobalArgs, config: &Config, args: &SnapshotArgs) -> Result<u8> 
     let sampler = start(g, config, args.at, None)?;
     let frame = first_frame(&rt, &sampler, config)?;
     let gpus = select_gpus(&frame, &args.gpu)?;
-    let set = watch_set(config, &frame)?;
+    let set = watch_set(config, &frame);
     let watched = watched_fn(&set);
     let text = if args.json {
         let snap = json::snapshot(&frame, &gpus, &watched, now_unix());
@@ -250,7 +260,11 @@ fn table_options(config: &Config, gpus: Vec<u32>) -> table::TableOptions {
     table::TableOptions {
         color: color(config),
         width: tty
-            .then(|| crossterm::terminal::size().ok().map(|(w, _)| usize::from(w)))
+            .then(|| {
+                crossterm::terminal::size()
+                    .ok()
+                    .map(|(w, _)| usize::from(w))
+            })
             .flatten(),
         gpus,
         unattributed_min: config.snapshot.show_unattributed_min,
@@ -313,8 +327,12 @@ fn record(g: &GlobalArgs, config: &Config, args: &RecordArgs) -> Result<u8> {
             }
         }
     });
-    outcome.map_err(|e| Failure::runtime(format!("cannot write '{}': {e}", args.file.display())))?;
-    eprintln!("gpuwatch: recorded {written} samples to {}", args.file.display());
+    outcome
+        .map_err(|e| Failure::runtime(format!("cannot write '{}': {e}", args.file.display())))?;
+    eprintln!(
+        "gpuwatch: recorded {written} samples to {}",
+        args.file.display()
+    );
     Ok(0)
 }
 
@@ -343,7 +361,7 @@ fn top(g: &GlobalArgs, config: &Config) -> Result<u8> {
     let rt = runtime()?;
     let sampler = start(g, config, None, None)?;
     let first = first_frame(&rt, &sampler, config)?;
-    let set = watch_set(config, &first)?;
+    let set = watch_set(config, &first);
     let watched = watched_fn(&set);
     let tty = std::io::stdout().is_terminal();
     let mut rx = sampler.frames();

@@ -48,7 +48,7 @@ pub struct GlobalArgs {
     /// Processes that are "mine": `pid:N` (with descendants), `user:NAME`, `cmd:REGEX`.
     /// Repeatable. Default: the invoking user's processes.
     #[arg(long = "watch", global = true, value_name = "SPEC")]
-    pub watch: Vec<String>,
+    pub watch: Vec<crate::watch::WatchSpec>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -111,13 +111,10 @@ pub struct RecordArgs {
     pub force: bool,
 }
 
-/// `100ms` … `60s`.
+/// `100ms` … `60s`, with the config file's rules and messages.
 pub fn parse_interval(text: &str) -> Result<Duration, String> {
-    let d = parse_any_duration(text)?;
-    if d < Duration::from_millis(100) || d > Duration::from_secs(60) {
-        return Err(format!("'{text}' is out of range (expected 100ms to 60s)"));
-    }
-    Ok(d)
+    crate::config::parse_duration_in(crate::config::INTERVAL_RANGE, text)
+        .map_err(|e| format!("'{text}' is {e}"))
 }
 
 /// Any duration humantime reads (`250ms`, `2s`, `5m`).
@@ -126,10 +123,9 @@ pub fn parse_any_duration(text: &str) -> Result<Duration, String> {
         .map_err(|e| format!("'{text}' is not a duration ({e}; expected e.g. 500ms, 2s, 1m)"))
 }
 
-/// A size such as `20GiB`, `512MiB`, `0`.
+/// A size such as `20GiB`, `512MiB`, `0`, with the config file's rules and messages.
 pub fn parse_size(text: &str) -> Result<u64, String> {
-    scenario::parse_size(text)
-        .map_err(|e| format!("'{text}' is not a size ({e}; expected e.g. 512MiB, 20GiB)"))
+    crate::config::parse_size(text).map_err(|e| format!("'{text}' is {e}"))
 }
 
 fn parse_speed(text: &str) -> Result<f64, String> {
@@ -156,7 +152,11 @@ mod tests {
         assert_eq!(parse_interval("250ms"), Ok(Duration::from_millis(250)));
         assert!(parse_interval("50ms").unwrap_err().contains("100ms to 60s"));
         assert!(parse_interval("2m").is_err());
-        assert!(parse_interval("soon").unwrap_err().contains("not a duration"));
+        assert!(
+            parse_interval("soon")
+                .unwrap_err()
+                .contains("not a duration")
+        );
     }
 
     #[test]

@@ -361,6 +361,9 @@ mod tests {
     #[test]
     fn kinds_merge_to_both() {
         assert_eq!(ProcKind::Compute.merge(ProcKind::Graphics), ProcKind::Both);
-        assert_eq!(ProcKind::Compute.merge(ProcKind::Compute), ProcKind::Compute);
+        assert_eq!(
+            ProcKind::Compute.merge(ProcKind::Compute),
+            ProcKind::Compute
+        );
     }
 }

@@ -1,20 +1,7 @@
 //! `gpuwatch pick`: the best GPU(s) for a new job — most free memory, then least utilisation.
 
+pub use crate::config::PickFormat;
 use crate::model::{GpuSample, MigMode, Sample};
-
-/// How `pick` prints its answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum PickFormat {
-    /// NVML indices, comma-separated (beware: CUDA ordinals differ unless
-    /// `CUDA_DEVICE_ORDER=PCI_BUS_ID`).
-    Index,
-    /// UUIDs, comma-separated.
-    Uuid,
-    /// `CUDA_VISIBLE_DEVICES=GPU-…` ready for `export` or `env`.
-    #[default]
-    Env,
-}
 
 /// Why no answer could be given.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -88,10 +75,17 @@ pub fn format(gpus: &[&GpuSample], format: PickFormat) -> String {
             .map(|g| g.index.to_string())
             .collect::<Vec<_>>()
             .join(","),
-        PickFormat::Uuid => gpus.iter().map(|g| g.uuid.as_str()).collect::<Vec<_>>().join(","),
+        PickFormat::Uuid => gpus
+            .iter()
+            .map(|g| g.uuid.as_str())
+            .collect::<Vec<_>>()
+            .join(","),
         PickFormat::Env => format!(
             "CUDA_VISIBLE_DEVICES={}",
-            gpus.iter().map(|g| g.uuid.as_str()).collect::<Vec<_>>().join(",")
+            gpus.iter()
+                .map(|g| g.uuid.as_str())
+                .collect::<Vec<_>>()
+                .join(",")
         ),
     }
 }
@@ -124,10 +118,20 @@ mod tests {
 
     #[test]
     fn most_free_then_least_utilised() {
-        let s = sample(vec![gpu(0, 10, Some(0.0)), gpu(1, 40, Some(90.0)), gpu(2, 40, Some(5.0))]);
+        let s = sample(vec![
+            gpu(0, 10, Some(0.0)),
+            gpu(1, 40, Some(90.0)),
+            gpu(2, 40, Some(5.0)),
+        ]);
         let picked = pick(&s, 0, 2).expect("fits");
-        assert_eq!(picked.iter().map(|g| g.index).collect::<Vec<_>>(), vec![2, 1]);
-        assert_eq!(format(&picked, PickFormat::Env), "CUDA_VISIBLE_DEVICES=GPU-2,GPU-1");
+        assert_eq!(
+            picked.iter().map(|g| g.index).collect::<Vec<_>>(),
+            vec![2, 1]
+        );
+        assert_eq!(
+            format(&picked, PickFormat::Env),
+            "CUDA_VISIBLE_DEVICES=GPU-2,GPU-1"
+        );
         assert_eq!(format(&picked, PickFormat::Index), "2,1");
     }
 
@@ -135,7 +139,10 @@ mod tests {
     fn none_fits_names_the_best() {
         let s = sample(vec![gpu(0, 3, None), gpu(1, 5, None)]);
         let err = pick(&s, 8 << 30, 1).unwrap_err();
-        assert_eq!(err.to_string(), "no GPU has 8.0GiB free (the most free is GPU 1 with 5.0GiB)");
+        assert_eq!(
+            err.to_string(),
+            "no GPU has 8.0GiB free (the most free is GPU 1 with 5.0GiB)"
+        );
     }
 
     #[test]

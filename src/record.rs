@@ -506,6 +506,7 @@ mod tests {
             cuda_version: Some("13.0".into()),
             nvml_version: None,
             detail: "libnvidia-ml.so.1".into(),
+            me: None,
         }
     }
 

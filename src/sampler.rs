@@ -203,7 +203,9 @@ impl Sampler {
 
     /// The call the fast sampler is blocked in, if any (slow thread's otherwise).
     pub fn in_flight(&self) -> Option<InFlight> {
-        self.probe.in_flight().or_else(|| self.slow_probe.in_flight())
+        self.probe
+            .in_flight()
+            .or_else(|| self.slow_probe.in_flight())
     }
 
     /// Waits up to `timeout` for the first frame. On timeout, says which call hangs.
@@ -259,10 +261,7 @@ fn describe_hang(waited: Duration, in_flight: Option<&InFlight>) -> String {
             f.gpu.map(|g| format!(" on GPU {g}")).unwrap_or_default(),
             f.since.elapsed().as_secs_f64()
         ),
-        None => format!(
-            "no sample after {}",
-            humantime::format_duration(waited)
-        ),
+        None => format!("no sample after {}", humantime::format_duration(waited)),
     }
 }
 
@@ -329,7 +328,9 @@ impl Collector {
         let slow: SlowMap = Arc::default();
         if let Some(mut s) = source.slow_sampler() {
             let readings = s.sample_slow(&CallProbe::default());
-            slow.lock().unwrap_or_else(PoisonError::into_inner).extend(readings);
+            slow.lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .extend(readings);
         }
         Self::new(source, host, slow)
     }

@@ -2,6 +2,8 @@
 //! the NVML test double (`crates/fake-nvml`) underneath, and real child processes whose PIDs the
 //! scenarios name, so that `/proc` enrichment runs for real.
 
+#![allow(clippy::many_single_char_names)]
+
 mod common;
 
 use common::{ScenarioFile, Sleeper, gpuwatch_cmd, gpuwatch_on, stderr, stdout};
@@ -16,7 +18,11 @@ fn json(o: &std::process::Output) -> Value {
 }
 
 fn procs(gpu: &Value) -> Vec<&Value> {
-    gpu["processes"].as_array().expect("processes").iter().collect()
+    gpu["processes"]
+        .as_array()
+        .expect("processes")
+        .iter()
+        .collect()
 }
 
 fn two_gpu_scenario(a: u32, b: u32, c: u32) -> String {
@@ -134,14 +140,20 @@ fn snapshot_table_shows_bar_processes_and_unattributed_row() {
     assert!(!text.contains('\x1b'), "NO_COLOR is respected: {text}");
     assert!(text.contains("GPU 0  NVIDIA H200"), "{text}");
     assert!(text.contains("[██"), "memory bar: {text}");
-    assert!(text.contains("14.0GiB / 140.4GiB"), "used/total: {text}");
+    assert!(text.contains("14.5GiB / 140.4GiB"), "used/total: {text}");
     assert!(text.contains("PID  USER"), "{text}");
     let row_a = text
         .lines()
         .find(|l| l.contains(&format!(" {} ", a.pid())))
         .expect("row of the first process");
-    assert!(row_a.trim_start().starts_with('*'), "watched marker: {row_a}");
-    assert!(row_a.contains("11.0GiB") && row_a.contains("sleep 300"), "{row_a}");
+    assert!(
+        row_a.trim_start().starts_with('*'),
+        "watched marker: {row_a}"
+    );
+    assert!(
+        row_a.contains("11.0GiB") && row_a.contains("sleep 300"),
+        "{row_a}"
+    );
     assert!(text.contains("unattributed  1.5GiB"), "{text}");
     // Rows sorted by memory: a (11 GiB) before b (2 GiB).
     let pos = |pid: u32| text.find(&format!(" {pid} ")).expect("pid shown");
@@ -157,12 +169,21 @@ fn gpu_filter_selects_by_index_and_uuid_and_rejects_unknown() {
     assert_eq!(v["gpus"][0]["index"], 1);
     let v = json(&gpuwatch_on(
         &sc,
-        &["snapshot", "--json", "--gpu", "GPU-00000000-1111-2222-3333-000000000000"],
+        &[
+            "snapshot",
+            "--json",
+            "--gpu",
+            "GPU-00000000-1111-2222-3333-000000000000",
+        ],
     ));
     assert_eq!(v["gpus"][0]["index"], 0);
     let o = gpuwatch_on(&sc, &["snapshot", "--gpu", "7"]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("--gpu '7' is not a GPU here"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("--gpu '7' is not a GPU here"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]
@@ -197,7 +218,10 @@ used_unavailable = true
 
     let o = gpuwatch_on(&sc, &["snapshot"]);
     let text = stdout(&o);
-    assert!(text.contains("n/a/700 W") || text.contains("n/a/"), "{text}");
+    assert!(
+        text.contains("n/a/700 W") || text.contains("n/a/"),
+        "{text}"
+    );
     assert!(text.contains("unattributed  n/a"), "{text}");
 }
 
@@ -246,10 +270,16 @@ faults.slow = [{ call = "memory", ms = 20000 }]
         .args(["--config", cfg.to_str().expect("utf-8"), "snapshot"])
         .output()
         .expect("runs");
-    assert!(started.elapsed() < std::time::Duration::from_secs(10), "did not wait for the hung call");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(10),
+        "did not wait for the hung call"
+    );
     assert_eq!(o.status.code(), Some(1));
     let err = stderr(&o);
-    assert!(err.contains("memory_info on GPU 0 has not returned"), "{err}");
+    assert!(
+        err.contains("memory_info on GPU 0 has not returned"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -325,7 +355,18 @@ util_gpu = 5
     );
     let o = gpuwatch_on(&sc, &["pick", "--count", "2", "--format", "index"]);
     assert_eq!(stdout(&o).trim(), "2,1");
-    let o = gpuwatch_on(&sc, &["pick", "--min-free", "30GiB", "--count", "3", "--format", "uuid"]);
+    let o = gpuwatch_on(
+        &sc,
+        &[
+            "pick",
+            "--min-free",
+            "30GiB",
+            "--count",
+            "3",
+            "--format",
+            "uuid",
+        ],
+    );
     assert_eq!(o.status.code(), Some(1));
     assert!(
         stderr(&o).contains("no GPU has 30.0GiB free"),
@@ -334,7 +375,11 @@ util_gpu = 5
     );
     let o = gpuwatch_on(&sc, &["pick", "--min-free", "lots"]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("'lots' is not a size"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("'lots' is not a size"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]
@@ -348,10 +393,16 @@ fn no_driver_is_a_clear_error_with_exit_2() {
     assert_eq!(o.status.code(), Some(2));
     let err = stderr(&o);
     assert!(
-        err.starts_with("gpuwatch: no NVIDIA driver found (could not load /nonexistent/libnvidia-ml.so.1): "),
+        err.starts_with(
+            "gpuwatch: no NVIDIA driver found (could not load /nonexistent/libnvidia-ml.so.1): "
+        ),
         "{err}"
     );
-    assert!(err.trim_end().ends_with("to try gpuwatch without a GPU run: gpuwatch --demo"), "{err}");
+    assert!(
+        err.trim_end()
+            .ends_with("to try gpuwatch without a GPU run: gpuwatch --demo"),
+        "{err}"
+    );
     assert!(!err.contains("panicked"), "{err}");
 }
 
@@ -360,12 +411,21 @@ fn no_gpus_and_unloaded_driver_are_clear_errors() {
     let sc = ScenarioFile::new("driver_version = \"580.159.04\"\n");
     let o = gpuwatch_on(&sc, &["snapshot"]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("no NVIDIA GPUs found"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("no NVIDIA GPUs found"),
+        "{}",
+        stderr(&o)
+    );
 
-    let sc = ScenarioFile::new("driver_unloaded = { from = 0 }\n[[gpu]]\nmemory_total = \"1GiB\"\n");
+    let sc =
+        ScenarioFile::new("driver_unloaded = { from = 0 }\n[[gpu]]\nmemory_total = \"1GiB\"\n");
     let o = gpuwatch_on(&sc, &["snapshot"]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("kernel driver is not loaded"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("kernel driver is not loaded"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]

@@ -89,7 +89,10 @@ pub fn render(frame: &Frame, watched: WatchedFn<'_>, now_unix: u64, opts: &Table
             "{}",
             p.paint(
                 fg(AnsiColor::Red).bold(),
-                &format!("STALE: this sample is {:.1} s old", frame.age().as_secs_f64())
+                &format!(
+                    "STALE: this sample is {:.1} s old",
+                    frame.age().as_secs_f64()
+                )
             )
         );
     }
@@ -144,7 +147,36 @@ fn render_gpu(
         }
         return;
     }
-    let mem = match g.memory {
+    let mem = memory_text(p, g, opts);
+    let _ = writeln!(out, "{}  {mem}", p.paint(Style::new().bold(), &title));
+
+    for line in wrap(&facts_line(p, g, watched), opts.width) {
+        let _ = writeln!(out, "       {line}");
+    }
+    for e in &g.errors {
+        let _ = writeln!(
+            out,
+            "       {}",
+            p.paint(fg(AnsiColor::Red), &format!("! {}: {}", e.call, e.error))
+        );
+    }
+    for d in &g.mig_devices {
+        let _ = writeln!(
+            out,
+            "       MIG {}  {}  {}",
+            d.index,
+            d.uuid.as_deref().unwrap_or("n/a"),
+            d.memory.map_or_else(
+                || "memory n/a".to_string(),
+                |m| format!("{} / {}", fmt_bytes(m.used), fmt_bytes(m.total))
+            )
+        );
+    }
+    render_processes(out, p, g, watched, now_unix, opts);
+}
+
+fn memory_text(p: &Painter, g: &GpuSample, opts: &TableOptions) -> String {
+    match g.memory {
         Some(m) => {
             let ratio = if m.total > 0 {
                 m.used as f64 / m.total as f64
@@ -172,19 +204,19 @@ fn render_gpu(
             )
         }
         None => "memory n/a".to_string(),
-    };
-    let _ = writeln!(out, "{}  {mem}", p.paint(Style::new().bold(), &title));
+    }
+}
 
+fn facts_line(p: &Painter, g: &GpuSample, watched: WatchedFn<'_>) -> Vec<String> {
     let mut facts = vec![
         format!("util {}", or_na(g.util_gpu, |v| format!("{v:.0}%"))),
         format!("mem-bw {}", or_na(g.util_mem, |v| format!("{v:.0}%"))),
     ];
     let temp = or_na(g.temperature_c, |t| format!("{t}°C"));
     let temp = match (g.temperature_c, g.temp_slowdown_c) {
-        (Some(t), Some(s)) if t + 5 >= s => p.paint(
-            fg(AnsiColor::Red),
-            &format!("{temp} (slows at {s}°C)"),
-        ),
+        (Some(t), Some(s)) if t + 5 >= s => {
+            p.paint(fg(AnsiColor::Red), &format!("{temp} (slows at {s}°C)"))
+        }
         (_, Some(s)) => format!("{temp} (slows at {s}°C)"),
         _ => temp,
     };
@@ -202,35 +234,67 @@ fn render_gpu(
             or_na(g.slow.pcie_tx_bytes_per_s, fmt_rate)
         ));
     }
-    if let Some(mode) = g.mig_mode {
-        if mode == crate::model::MigMode::Enabled {
-            facts.push(format!("MIG on ({} devices)", g.mig_devices.len()));
-        }
+    if g.mig_mode == Some(crate::model::MigMode::Enabled) {
+        facts.push(format!("MIG on ({} devices)", g.mig_devices.len()));
     }
     if let Some((mine, external)) = split_mine(g, watched) {
-        facts.push(format!("mine {} external {}", fmt_bytes(mine), fmt_bytes(external)));
+        facts.push(format!(
+            "mine {} external {}",
+            fmt_bytes(mine),
+            fmt_bytes(external)
+        ));
     }
-    let _ = writeln!(out, "       {}", facts.join("  "));
-    for e in &g.errors {
-        let _ = writeln!(
-            out,
-            "       {}",
-            p.paint(fg(AnsiColor::Red), &format!("! {}: {}", e.call, e.error))
-        );
-    }
-    for d in &g.mig_devices {
-        let _ = writeln!(
-            out,
-            "       MIG {}  {}  {}",
-            d.index,
-            d.uuid.as_deref().unwrap_or("n/a"),
-            d.memory.map_or_else(
-                || "memory n/a".to_string(),
-                |m| format!("{} / {}", fmt_bytes(m.used), fmt_bytes(m.total))
-            )
-        );
-    }
+    facts
+}
 
+/// Joins facts with two spaces into lines that fit `width` (minus the indent).
+fn wrap(facts: &[String], width: Option<usize>) -> Vec<String> {
+    let room = width.map_or(usize::MAX, |w| w.saturating_sub(7).max(20));
+    let mut lines: Vec<String> = Vec::new();
+    let mut current = String::new();
+    let mut current_len = 0;
+    for f in facts {
+        let len = visible_len(f);
+        if current_len > 0 && current_len + 2 + len > room {
+            lines.push(std::mem::take(&mut current));
+            current_len = 0;
+        }
+        if current_len > 0 {
+            current.push_str("  ");
+            current_len += 2;
+        }
+        current.push_str(f);
+        current_len += len;
+    }
+    if !current.is_empty() {
+        lines.push(current);
+    }
+    lines
+}
+
+/// Length in characters, not counting ANSI escape sequences.
+fn visible_len(text: &str) -> usize {
+    let mut len = 0;
+    let mut in_escape = false;
+    for c in text.chars() {
+        match (in_escape, c) {
+            (false, '\x1b') => in_escape = true,
+            (true, 'm') => in_escape = false,
+            (true, _) => {}
+            (false, _) => len += 1,
+        }
+    }
+    len
+}
+
+fn render_processes(
+    out: &mut String,
+    p: &Painter,
+    g: &GpuSample,
+    watched: WatchedFn<'_>,
+    now_unix: u64,
+    opts: &TableOptions,
+) {
     let rows: Vec<Row> = g
         .processes
         .iter()
@@ -266,10 +330,21 @@ struct Row {
 }
 
 const HEADERS: [&str; 10] = [
-    "PID", "USER", "TYPE", "GPU-MEM", "SM%", "CPU%", "RSS", "ELAPSED", "CONTAINER", "COMMAND",
+    "PID",
+    "USER",
+    "TYPE",
+    "GPU-MEM",
+    "SM%",
+    "CPU%",
+    "RSS",
+    "ELAPSED",
+    "CONTAINER",
+    "COMMAND",
 ];
 /// Columns aligned right (numbers).
-const RIGHT: [bool; 10] = [true, false, false, true, true, true, true, true, false, false];
+const RIGHT: [bool; 10] = [
+    true, false, false, true, true, true, true, true, false, false,
+];
 
 impl Row {
     fn of(p: &ProcSample, watched: bool, now_unix: u64) -> Self {
@@ -314,9 +389,7 @@ fn render_rows(out: &mut String, p: &Painter, rows: &[Row], opts: &TableOptions)
     let indent = "   ";
     // Everything before the command column: indent, marker, cells and two-space gaps.
     let fixed: usize = indent.len() + 2 + widths[..9].iter().map(|w| w + 2).sum::<usize>();
-    let command_room = opts
-        .width
-        .map(|w| w.saturating_sub(fixed).max(12));
+    let command_room = opts.width.map(|w| w.saturating_sub(fixed).max(12));
     let line = |marker: &str, cells: &[String]| -> String {
         let mut s = format!("{indent}{marker} ");
         for (i, c) in cells.iter().enumerate() {
@@ -331,7 +404,11 @@ fn render_rows(out: &mut String, p: &Painter, rows: &[Row], opts: &TableOptions)
         s.trim_end().to_string()
     };
     let header: Vec<String> = HEADERS.iter().map(ToString::to_string).collect();
-    let _ = writeln!(out, "{}", p.paint(Style::new().dimmed(), &line(" ", &header)));
+    let _ = writeln!(
+        out,
+        "{}",
+        p.paint(Style::new().dimmed(), &line(" ", &header))
+    );
     for r in rows {
         let text = line(if r.watched { "*" } else { " " }, &r.cells);
         let style = if r.watched {

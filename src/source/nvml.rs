@@ -131,7 +131,9 @@ struct GpuMemo {
     uuid: Option<String>,
     name: Option<String>,
     pci_bus_id: Option<String>,
-    temp_slowdown: Option<Option<u32>>,
+    temp_slowdown: Option<u32>,
+    /// Whether the static thresholds were read this session.
+    thresholds_read: bool,
     /// Calls that answered `NotSupported`/`NoPermission`: not asked again this session.
     unavailable: HashSet<&'static str>,
     /// Newest process-utilisation timestamp seen (µs).
@@ -254,11 +256,7 @@ impl NvmlSource {
                 self.next_reinit = Some(now + self.backoff);
                 Some(CallError {
                     call: "init".to_string(),
-                    error: format!(
-                        "{}; next try in {:.0?}",
-                        error_name(&e),
-                        self.backoff
-                    ),
+                    error: format!("{}; next try in {:.0?}", error_name(&e), self.backoff),
                 })
             }
         }
@@ -290,7 +288,11 @@ struct Reader<'a> {
 }
 
 impl Reader<'_> {
-    fn read<T>(&mut self, call: &'static str, f: impl FnOnce() -> Result<T, NvmlError>) -> Option<T> {
+    fn read<T>(
+        &mut self,
+        call: &'static str,
+        f: impl FnOnce() -> Result<T, NvmlError>,
+    ) -> Option<T> {
         if self.lost || self.session_lost || self.memo.unavailable.contains(call) {
             return None;
         }
@@ -332,14 +334,11 @@ impl Reader<'_> {
     }
 }
 
-fn sample_gpu(
-    nvml: &Nvml,
-    index: u32,
-    memo: &mut GpuMemo,
-    probe: &CallProbe,
-) -> (GpuSample, bool) {
+fn sample_gpu(nvml: &Nvml, index: u32, memo: &mut GpuMemo, probe: &CallProbe) -> (GpuSample, bool) {
     let mut errors = Vec::new();
-    let device = probe.call("device_by_index", Some(index), || nvml.device_by_index(index));
+    let device = probe.call("device_by_index", Some(index), || {
+        nvml.device_by_index(index)
+    });
     let device = match device {
         Ok(d) => d,
         Err(e) => {
@@ -374,21 +373,24 @@ fn sample_gpu(
     if r.memo.pci_bus_id.is_none() {
         r.memo.pci_bus_id = r.read("pci_info", || device.pci_info()).map(|p| p.bus_id);
     }
-    if r.memo.temp_slowdown.is_none() {
+    if !r.memo.thresholds_read {
         let v = r.read("temperature_threshold", || {
             device.temperature_threshold(TemperatureThreshold::Slowdown)
         });
         if !r.lost {
-            r.memo.temp_slowdown = Some(v);
+            r.memo.temp_slowdown = v;
+            r.memo.thresholds_read = true;
         }
     }
 
-    let memory = r.read("memory_info", || device.memory_info()).map(|m| Memory {
-        total: m.total,
-        reserved: Some(m.reserved),
-        used: m.used,
-        free: m.free,
-    });
+    let memory = r
+        .read("memory_info", || device.memory_info())
+        .map(|m| Memory {
+            total: m.total,
+            reserved: Some(m.reserved),
+            used: m.used,
+            free: m.free,
+        });
     let util = r.read("utilization_rates", || device.utilization_rates());
     let temperature = r.read("temperature", || device.temperature(TemperatureSensor::Gpu));
     let power = r.read("power_usage", || device.power_usage());
@@ -411,7 +413,7 @@ fn sample_gpu(
 
     let lost = r.lost;
     let session_lost = r.session_lost;
-    let slowdown = r.memo.temp_slowdown.flatten();
+    let slowdown = r.memo.temp_slowdown;
     let mut g = GpuSample::empty(index, memo.uuid.clone().unwrap_or_default());
     g.name.clone_from(&memo.name);
     g.pci_bus_id.clone_from(&memo.pci_bus_id);
@@ -449,7 +451,10 @@ fn read_mig_devices(device: &Device<'_>, r: &mut Reader<'_>) -> Vec<MigDeviceSam
                 continue;
             }
         };
-        let uuid = r.probe.call("mig_uuid", Some(r.index), || handle.uuid()).ok();
+        let uuid = r
+            .probe
+            .call("mig_uuid", Some(r.index), || handle.uuid())
+            .ok();
         let memory = r
             .probe
             .call("mig_memory_info", Some(r.index), || handle.memory_info())
@@ -502,7 +507,11 @@ fn read_processes(device: &Device<'_>, r: &mut Reader<'_>) -> Vec<ProcSample> {
         None
     } else {
         match r.probe.call("process_utilization", Some(r.index), || {
-            device.process_utilization_stats(if last_seen == 0 { None } else { Some(last_seen) })
+            device.process_utilization_stats(if last_seen == 0 {
+                None
+            } else {
+                Some(last_seen)
+            })
         }) {
             Ok(samples) => {
                 let mut newest: HashMap<u32, (u64, u32, u32)> = HashMap::new();
@@ -632,7 +641,7 @@ impl GpuSource for NvmlSource {
     fn slow_sampler(&mut self) -> Option<Box<dyn SlowSampler>> {
         Some(Box::new(NvmlSlow {
             session: Arc::clone(&self.session),
-            unavailable: HashMap::new(),
+            unavailable: HashSet::new(),
         }))
     }
 
@@ -644,7 +653,7 @@ impl GpuSource for NvmlSource {
 /// Takes the expensive readings on the slow thread.
 struct NvmlSlow {
     session: Arc<Session>,
-    unavailable: HashMap<(u32, &'static str), ()>,
+    unavailable: HashSet<(u32, &'static str)>,
 }
 
 impl NvmlSlow {
@@ -655,13 +664,13 @@ impl NvmlSlow {
         call: &'static str,
         f: impl FnOnce() -> Result<T, NvmlError>,
     ) -> Option<T> {
-        if self.unavailable.contains_key(&(index, call)) {
+        if self.unavailable.contains(&(index, call)) {
             return None;
         }
         match probe.call(call, Some(index), f) {
             Ok(v) => Some(v),
             Err(NvmlError::NotSupported | NvmlError::NoPermission) => {
-                self.unavailable.insert((index, call), ());
+                self.unavailable.insert((index, call));
                 None
             }
             Err(_) => None,
@@ -722,7 +731,10 @@ mod tests {
     fn error_names_are_short() {
         assert_eq!(error_name(&NvmlError::NotSupported), "NotSupported");
         assert_eq!(error_name(&NvmlError::GpuLost), "GpuLost");
-        assert_eq!(error_name(&NvmlError::InsufficientSize(Some(3))), "InsufficientSize");
+        assert_eq!(
+            error_name(&NvmlError::InsufficientSize(Some(3))),
+            "InsufficientSize"
+        );
     }
 
     #[test]
@@ -734,7 +746,15 @@ mod tests {
         .err()
         .expect("cannot open a missing library");
         let msg = err.to_string();
-        assert!(msg.starts_with("no NVIDIA driver found (could not load /nonexistent/libnvidia-ml.so.1): "), "{msg}");
-        assert!(msg.ends_with("to try gpuwatch without a GPU run: gpuwatch --demo"), "{msg}");
+        assert!(
+            msg.starts_with(
+                "no NVIDIA driver found (could not load /nonexistent/libnvidia-ml.so.1): "
+            ),
+            "{msg}"
+        );
+        assert!(
+            msg.ends_with("to try gpuwatch without a GPU run: gpuwatch --demo"),
+            "{msg}"
+        );
     }
 }

@@ -141,6 +141,7 @@ impl ReplaySource {
             cuda_version: recorded.cuda_version.clone(),
             nvml_version: recorded.nvml_version.clone(),
             detail,
+            me: recorded.me.clone(),
         };
         Ok(Self {
             info,
@@ -277,6 +278,7 @@ mod tests {
                     cuda_version: None,
                     nvml_version: None,
                     detail: "nvml".into(),
+                    me: None,
                 },
                 interval_ms: 250,
                 started_at: 99.0,

@@ -16,6 +16,9 @@ use crate::model::{
     SlowReadings, SourceInfo, SourceKind,
 };
 
+/// Scenario time at which `--demo` starts.
+pub const DEMO_START: f64 = 90.0;
+
 /// The demo scenario shipped in the binary.
 pub const DEMO_SCENARIO: &str = include_str!("../../assets/scenarios/demo.toml");
 
@@ -30,14 +33,17 @@ pub struct ScriptedSource {
 }
 
 impl ScriptedSource {
-    /// The built-in demo.
+    /// The built-in demo, started at [`DEMO_START`] so every story is already on screen.
     pub fn demo() -> Result<Self, ScenarioError> {
-        Ok(Self::new(Scenario::parse(DEMO_SCENARIO)?, "built-in demo"))
+        Ok(Self::new(Scenario::parse(DEMO_SCENARIO)?, "built-in demo").starting_at(DEMO_START))
     }
 
     /// A scenario file.
     pub fn load(path: &Path) -> Result<Self, ScenarioError> {
-        Ok(Self::new(Scenario::load(path)?, &path.display().to_string()))
+        Ok(Self::new(
+            Scenario::load(path)?,
+            &path.display().to_string(),
+        ))
     }
 
     /// A parsed scenario; time starts now at 0 (or where `clock.epoch` says).
@@ -177,13 +183,16 @@ fn gpu_at(g: &Gpu, index: usize, t: f64, taken_at: f64) -> GpuSample {
             })
             .collect();
     }
+    s.processes = processes_at(g, t, &has);
+    s.sort_processes();
+    s
+}
+
+fn processes_at(g: &Gpu, t: f64, has: &dyn Fn(Call) -> bool) -> Vec<ProcSample> {
     let util_known = has(Call::ProcessUtilization);
-    s.processes = g
-        .processes_at(t)
+    g.processes_at(t)
         .filter(|p| match p.kind {
-            scenario::ProcKind::Compute | scenario::ProcKind::Both => {
-                has(Call::ComputeProcesses)
-            }
+            scenario::ProcKind::Compute | scenario::ProcKind::Both => has(Call::ComputeProcesses),
             scenario::ProcKind::Graphics => has(Call::GraphicsProcesses),
             scenario::ProcKind::Mps => has(Call::MpsProcesses),
         })
@@ -201,9 +210,7 @@ fn gpu_at(g: &Gpu, index: usize, t: f64, taken_at: f64) -> GpuSample {
             compute_instance: p.compute_instance,
             host: host_at(&p.host, p.start, t),
         })
-        .collect();
-    s.sort_processes();
-    s
+        .collect()
 }
 
 fn host_at(h: &scenario::HostSpec, start: f64, t: f64) -> HostProc {
@@ -279,7 +286,7 @@ mod tests {
     #[test]
     fn demo_scenario_parses_and_tells_its_story() {
         let demo = ScriptedSource::demo().expect("the shipped demo parses");
-        let s = demo.sample_at(120.0, 0.0);
+        let s = demo.sample_at(DEMO_START, 0.0);
         assert!(s.gpus.len() >= 3, "several GPUs");
         let users: BTreeSet<_> = s
             .gpus
@@ -294,11 +301,12 @@ mod tests {
             "a GPU nearing capacity"
         );
         // Someone leaks: memory grows between two moments.
-        let later = demo.sample_at(300.0, 0.0);
+        let later = demo.sample_at(DEMO_START + 120.0, 0.0);
         let grows = s.gpus.iter().zip(&later.gpus).any(|(a, b)| {
             a.processes.iter().any(|p| {
                 b.processes.iter().any(|q| {
-                    q.pid == p.pid && q.used_bytes.unwrap_or(0) > p.used_bytes.unwrap_or(0) + (1 << 30)
+                    q.pid == p.pid
+                        && q.used_bytes.unwrap_or(0) > p.used_bytes.unwrap_or(0) + (1 << 30)
                 })
             })
         });

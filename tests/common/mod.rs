@@ -96,7 +96,10 @@ impl ScenarioFile {
 
 /// Runs gpuwatch against the double with this scenario.
 pub fn gpuwatch_on(scenario: &ScenarioFile, args: &[&str]) -> Output {
-    gpuwatch_cmd(scenario).args(args).output().expect("gpuwatch runs")
+    gpuwatch_cmd(scenario)
+        .args(args)
+        .output()
+        .expect("gpuwatch runs")
 }
 
 /// A gpuwatch command set up to load the double with this scenario.

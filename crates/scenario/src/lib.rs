@@ -660,9 +660,8 @@ end = 20
     fn unknown_keys_and_calls_are_rejected() {
         let err = Scenario::parse("[[gpu]]\nmemory_total = 1\nmemroy = 2\n").unwrap_err();
         assert!(err.to_string().contains("memroy"), "{err}");
-        let err =
-            Scenario::parse("[[gpu]]\nmemory_total = 1\nfaults.not_supported = [\"fly\"]\n")
-                .unwrap_err();
+        let err = Scenario::parse("[[gpu]]\nmemory_total = 1\nfaults.not_supported = [\"fly\"]\n")
+            .unwrap_err();
         assert!(err.to_string().contains("fly"), "{err}");
     }
 

@@ -171,11 +171,7 @@ fn integrate_piecewise(points: &[(f64, f64)], t: f64, linear: bool) -> f64 {
         } else {
             step_at(points, cursor)
         };
-        let b = if linear {
-            linear_at(points, knot)
-        } else {
-            a
-        };
+        let b = if linear { linear_at(points, knot) } else { a };
         total += f64::midpoint(a, b) * (knot - cursor);
         cursor = knot;
     }
@@ -275,7 +271,9 @@ impl<'de> Deserialize<'de> for Timeline {
                 if let Some(p) = table.period
                     && p <= 0.0
                 {
-                    return Err(de::Error::custom("'period' must be a positive number of seconds"));
+                    return Err(de::Error::custom(
+                        "'period' must be a positive number of seconds",
+                    ));
                 }
                 let points: Vec<(f64, f64)> = points.into_iter().map(|(t, q)| (t, q.0)).collect();
                 let mut timeline = if linear {

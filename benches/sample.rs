@@ -78,6 +78,15 @@ fn bench_case(c: &mut Criterion, gpus: usize, procs: usize) {
             b.iter(|| collector.collect(&probe));
         },
     );
+    // What the host thread does once per interval, off the fast path: /proc for every PID.
+    let mut procinfo = ProcInfo::new().expect("procinfo");
+    procinfo.enrich(&pids);
+    c.bench_function(
+        &format!("host refresh {} PIDs (host thread)", pids.len()),
+        |b| {
+            b.iter(|| procinfo.enrich(&pids));
+        },
+    );
     drop(sleepers);
 }
 

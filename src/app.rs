@@ -236,6 +236,11 @@ fn select_gpus(frame: &Frame, wanted: &[String]) -> Result<Vec<u32>> {
 }
 
 fn snapshot(g: &GlobalArgs, config: &Config, args: &SnapshotArgs) -> Result<u8> {
+    if args.at.is_some() && g.replay.is_none() {
+        return Err(Failure::setup(
+            "--at picks a moment of a recording: use it with --replay FILE",
+        ));
+    }
     let rt = runtime()?;
     let sampler = start(g, config, args.at, None)?;
     let frame = first_frame(&rt, &sampler, config)?;

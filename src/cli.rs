@@ -79,7 +79,7 @@ pub struct SnapshotArgs {
     #[arg(long, value_name = "GPU")]
     pub gpu: Vec<String>,
     /// With --replay: the moment to show, in seconds from the recording's start.
-    #[arg(long, value_name = "SECONDS", requires = "replay")]
+    #[arg(long, value_name = "SECONDS")]
     pub at: Option<f64>,
 }
 

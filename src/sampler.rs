@@ -12,7 +12,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -46,6 +46,9 @@ pub type FrameRx = watch::Receiver<Option<Arc<Frame>>>;
 /// A running sampler. Dropping it stops the threads (a thread stuck in a call is detached).
 pub struct Sampler {
     frames: FrameRx,
+    /// The first frame, kept: a one-shot command wants it even when a fast source (a replay at
+    /// full speed) has published more since.
+    first: Arc<OnceLock<Arc<Frame>>>,
     probe: CallProbe,
     slow_probe: CallProbe,
     info: Arc<SourceInfo>,
@@ -146,6 +149,8 @@ impl Sampler {
             None
         };
 
+        let first: Arc<OnceLock<Arc<Frame>>> = Arc::default();
+        let fast_first = Arc::clone(&first);
         let fast_stop = Arc::clone(&stop);
         let fast_probe = probe.clone();
         let fast_info = Arc::clone(&info);
@@ -166,7 +171,9 @@ impl Sampler {
                             published: Instant::now(),
                             interval: options.interval,
                         };
-                        if tx.send(Some(Arc::new(frame))).is_err() {
+                        let frame = Arc::new(frame);
+                        let _ = fast_first.set(Arc::clone(&frame));
+                        if tx.send(Some(frame)).is_err() {
                             break;
                         }
                         if collector.source.finished() {
@@ -183,6 +190,7 @@ impl Sampler {
 
         Ok(Self {
             frames: rx,
+            first,
             probe,
             slow_probe,
             info,
@@ -208,13 +216,14 @@ impl Sampler {
             .or_else(|| self.slow_probe.in_flight())
     }
 
-    /// Waits up to `timeout` for the first frame. On timeout, says which call hangs.
+    /// Waits up to `timeout` for the first frame the sampler published. On timeout, says
+    /// which call hangs.
     pub async fn first_frame(&self, timeout: Duration) -> Result<Arc<Frame>, FirstFrameError> {
         let mut rx = self.frames();
         let waited = tokio::time::timeout(timeout, rx.wait_for(Option::is_some)).await;
         match waited {
-            Ok(Ok(frame)) => Ok(frame.clone().ok_or(FirstFrameError::Ended)?),
-            Ok(Err(_)) => Err(FirstFrameError::Ended),
+            // A frame arrived, or the channel closed after a source that ended published one.
+            Ok(_) => self.first.get().cloned().ok_or(FirstFrameError::Ended),
             Err(_) => Err(FirstFrameError::Hung {
                 waited: timeout,
                 in_flight: self.in_flight(),

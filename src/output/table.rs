@@ -1,15 +1,18 @@
 //! The readable `snapshot` table.
 //!
 //! ```text
-//! demo-node · demo (built-in demo) · driver 580.159.04 · CUDA 13.0 · 2026-11-29T19:52:03Z
+//! demo-node · demo (built-in demo) · driver 580.159.04 · CUDA 13.0 · 2026-11-29T12:00:00Z
 //!
-//! GPU 0  NVIDIA H200  00000000:19:00.0  [███████░░░░░░░░░░░░░]  35.0GiB / 140.4GiB  25%
-//!        util 94%  mem-bw 41%  61°C (slows at 87°C)  520/700 W  1980 MHz  PCIe rx 2.3GB/s tx 310MB/s
-//!      PID  USER   TYPE  GPU-MEM  SM%  CPU%      RSS  ELAPSED  CONTAINER  COMMAND
-//!   * 2101  alice  C     31.0GiB   92   310  14.0GiB    30:00  -          python train.py …
-//!    91234  -      C      4.0GiB    0     -        -        -  -          (not visible here)
-//!           unattributed  0MiB
+//! GPU 0  NVIDIA H200  00000000:19:00.0  [█████░░░░░░░░░░░░░░░]  37.0GiB / 140.4GiB  26%
+//!        util 97%  mem-bw 44%  56°C (slows at 87°C)  542/700 W  1980 MHz  mine 31.0GiB external 6.0GiB
+//!        PID  USER   TYPE  GPU-MEM  SM%  CPU%      RSS  ELAPSED  CONTAINER  COMMAND
+//!    *  2101  alice  C     31.0GiB   95   336  14.0GiB    31:30  -          python train.py …
+//!      91234  -      C      4.0GiB    0     -        -        -  -          (not visible here: …)
+//!          unattributed  2.0GiB  (held by no process visible here)
 //! ```
+//!
+//! With a terminal width, fact lines wrap, the bar shrinks, the PCI id goes, and RSS,
+//! container, elapsed and CPU columns drop (in that order) before the command gets too short.
 //!
 //! `*` marks watched processes ("mine"), so the marker survives `--no-color`.
 
@@ -82,7 +85,9 @@ pub fn render(frame: &Frame, watched: WatchedFn<'_>, now_unix: u64, opts: &Table
         head.push(format!("CUDA {c}"));
     }
     head.push(humantime::format_rfc3339_seconds(sample.taken_at_system()).to_string());
-    let _ = writeln!(out, "{}", p.paint(Style::new().bold(), &head.join(" · ")));
+    for line in wrap_with(&head, opts.width, 0, " · ") {
+        let _ = writeln!(out, "{}", p.paint(Style::new().bold(), &line));
+    }
     if frame.is_stale() {
         let _ = writeln!(
             out,
@@ -147,7 +152,8 @@ fn render_gpu(
         }
         return;
     }
-    let mem = memory_text(p, g, opts);
+    let title = fit_title(&title, g, opts);
+    let mem = memory_text(p, g, &title, opts);
     let _ = writeln!(out, "{}  {mem}", p.paint(Style::new().bold(), &title));
 
     for line in wrap(&facts_line(p, g, watched), opts.width) {
@@ -175,7 +181,19 @@ fn render_gpu(
     render_processes(out, p, g, watched, now_unix, opts);
 }
 
-fn memory_text(p: &Painter, g: &GpuSample, opts: &TableOptions) -> String {
+/// The GPU's title, without its PCI id when the line would not fit otherwise.
+fn fit_title(title: &str, g: &GpuSample, opts: &TableOptions) -> String {
+    // Room for a minimal bar and the memory figures ("[......]  135.0GiB / 140.4GiB  96%").
+    const MEMORY_PART: usize = 2 + 8 + 2 + 19 + 2 + 4;
+    match opts.width {
+        Some(w) if title.chars().count() + MEMORY_PART > w => {
+            format!("GPU {}  {}", g.index, g.name.as_deref().unwrap_or("n/a"))
+        }
+        _ => title.to_string(),
+    }
+}
+
+fn memory_text(p: &Painter, g: &GpuSample, title: &str, opts: &TableOptions) -> String {
     match g.memory {
         Some(m) => {
             let ratio = if m.total > 0 {
@@ -190,18 +208,20 @@ fn memory_text(p: &Painter, g: &GpuSample, opts: &TableOptions) -> String {
             } else {
                 fg(AnsiColor::Green)
             };
-            let filled = ((ratio * opts.bar_width as f64).round() as usize).min(opts.bar_width);
+            let numbers = format!("{} / {}", fmt_bytes(m.used), fmt_bytes(m.total));
+            let percent = format!("{:.0}%", ratio * 100.0);
+            // The bar takes what the line has left, within [6, bar_width].
+            let rest = title.chars().count() + 2 + 2 + numbers.len() + 2 + percent.len() + 2;
+            let bar_width = opts.width.map_or(opts.bar_width, |w| {
+                w.saturating_sub(rest).clamp(6, opts.bar_width)
+            });
+            let filled = ((ratio * bar_width as f64).round() as usize).min(bar_width);
             let bar = format!(
                 "[{}{}]",
                 p.paint(style, &"█".repeat(filled)),
-                "░".repeat(opts.bar_width - filled)
+                "░".repeat(bar_width - filled)
             );
-            format!(
-                "{bar}  {} / {}  {}",
-                fmt_bytes(m.used),
-                fmt_bytes(m.total),
-                p.paint(style, &format!("{:.0}%", ratio * 100.0))
-            )
+            format!("{bar}  {numbers}  {}", p.paint(style, &percent))
         }
         None => "memory n/a".to_string(),
     }
@@ -214,6 +234,7 @@ fn facts_line(p: &Painter, g: &GpuSample, watched: WatchedFn<'_>) -> Vec<String>
     ];
     let temp = or_na(g.temperature_c, |t| format!("{t}°C"));
     let temp = match (g.temperature_c, g.temp_slowdown_c) {
+        (None, _) => "temp n/a".to_string(),
         (Some(t), Some(s)) if t + 5 >= s => {
             p.paint(fg(AnsiColor::Red), &format!("{temp} (slows at {s}°C)"))
         }
@@ -221,11 +242,11 @@ fn facts_line(p: &Painter, g: &GpuSample, watched: WatchedFn<'_>) -> Vec<String>
         _ => temp,
     };
     facts.push(temp);
-    facts.push(format!(
-        "{}/{} W",
-        or_na(g.power_watts, |w| format!("{w:.0}")),
-        or_na(g.power_limit_watts, |w| format!("{w:.0}"))
-    ));
+    facts.push(match (g.power_watts, g.power_limit_watts) {
+        (Some(w), Some(l)) => format!("{w:.0}/{l:.0} W"),
+        (Some(w), None) => format!("{w:.0} W"),
+        (None, _) => "power n/a".to_string(),
+    });
     facts.push(or_na(g.sm_clock_mhz, |c| format!("{c} MHz")));
     if g.slow.pcie_rx_bytes_per_s.is_some() || g.slow.pcie_tx_bytes_per_s.is_some() {
         facts.push(format!(
@@ -249,19 +270,25 @@ fn facts_line(p: &Painter, g: &GpuSample, watched: WatchedFn<'_>) -> Vec<String>
 
 /// Joins facts with two spaces into lines that fit `width` (minus the indent).
 fn wrap(facts: &[String], width: Option<usize>) -> Vec<String> {
-    let room = width.map_or(usize::MAX, |w| w.saturating_sub(7).max(20));
+    wrap_with(facts, width, 7, "  ")
+}
+
+/// Joins `parts` with `sep` into lines that fit `width` minus `indent`.
+fn wrap_with(parts: &[String], width: Option<usize>, indent: usize, sep: &str) -> Vec<String> {
+    let room = width.map_or(usize::MAX, |w| w.saturating_sub(indent).max(20));
+    let sep_len = sep.chars().count();
     let mut lines: Vec<String> = Vec::new();
     let mut current = String::new();
     let mut current_len = 0;
-    for f in facts {
+    for f in parts {
         let len = visible_len(f);
-        if current_len > 0 && current_len + 2 + len > room {
+        if current_len > 0 && current_len + sep_len + len > room {
             lines.push(std::mem::take(&mut current));
             current_len = 0;
         }
         if current_len > 0 {
-            current.push_str("  ");
-            current_len += 2;
+            current.push_str(sep);
+            current_len += sep_len;
         }
         current.push_str(f);
         current_len += len;
@@ -313,12 +340,13 @@ fn render_processes(
     if show_unattributed {
         let text = match unattributed {
             Some(b) => format!(
-                "{}  {}  (used by no process visible here: other containers or the driver)",
+                "{}  {}  (held by no process visible here)",
                 "unattributed",
                 fmt_bytes(b)
             ),
             None => "unattributed  n/a (a process's memory is not available)".to_string(),
         };
+        let text = cut(&text, opts.width.map(|w| w.saturating_sub(9)));
         let _ = writeln!(out, "         {}", p.paint(fg(AnsiColor::Magenta), &text));
     }
 }
@@ -357,7 +385,7 @@ impl Row {
                 .or_else(|| h.name.clone())
                 .unwrap_or_else(dash)
         } else {
-            "(not visible here: another container or PID namespace)".to_string()
+            "(not visible here: other PID namespace)".to_string()
         };
         Self {
             watched,
@@ -379,6 +407,14 @@ impl Row {
     }
 }
 
+/// Columns dropped, in this order, when the terminal is too narrow for them and a readable
+/// command (indices into `HEADERS`).
+const DROP_ORDER: [usize; 4] = [8, 6, 7, 5];
+/// The command column keeps at least this many characters before columns are dropped.
+const MIN_COMMAND: usize = 24;
+/// Longest container cell; pod ids are long (the JSON keeps them whole).
+const MAX_CONTAINER: usize = 20;
+
 fn render_rows(out: &mut String, p: &Painter, rows: &[Row], opts: &TableOptions) {
     let mut widths: Vec<usize> = HEADERS.iter().map(|h| h.chars().count()).collect();
     for r in rows {
@@ -386,15 +422,40 @@ fn render_rows(out: &mut String, p: &Painter, rows: &[Row], opts: &TableOptions)
             *w = (*w).max(c.chars().count());
         }
     }
+    widths[8] = widths[8].min(MAX_CONTAINER);
     let indent = "   ";
+    let mut shown = [true; 10];
     // Everything before the command column: indent, marker, cells and two-space gaps.
-    let fixed: usize = indent.len() + 2 + widths[..9].iter().map(|w| w + 2).sum::<usize>();
-    let command_room = opts.width.map(|w| w.saturating_sub(fixed).max(12));
+    let fixed = |shown: &[bool; 10]| -> usize {
+        indent.len()
+            + 2
+            + (0..9)
+                .filter(|&i| shown[i])
+                .map(|i| widths[i] + 2)
+                .sum::<usize>()
+    };
+    if let Some(w) = opts.width {
+        for col in DROP_ORDER {
+            if fixed(&shown) + MIN_COMMAND <= w {
+                break;
+            }
+            shown[col] = false;
+        }
+    }
+    let command_room = opts.width.map(|w| w.saturating_sub(fixed(&shown)).max(12));
     let line = |marker: &str, cells: &[String]| -> String {
         let mut s = format!("{indent}{marker} ");
         for (i, c) in cells.iter().enumerate() {
+            if !shown[i] {
+                continue;
+            }
+            let c = if i == 8 {
+                cut(c, Some(MAX_CONTAINER))
+            } else {
+                c.clone()
+            };
             if i == 9 {
-                s.push_str(&cut(c, command_room));
+                s.push_str(&cut(&c, command_room));
             } else if RIGHT[i] {
                 let _ = write!(s, "{c:>w$}  ", w = widths[i]);
             } else {

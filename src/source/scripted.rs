@@ -114,7 +114,7 @@ fn gpu_at(g: &Gpu, index: usize, t: f64, taken_at: f64) -> GpuSample {
     let has = |c: Call| !off.contains(&c) && !denied.contains(&c);
     for c in denied {
         s.errors.push(CallError {
-            call: c.to_string(),
+            call: nvml_call_name(*c).to_string(),
             error: "NoPermission".to_string(),
         });
     }
@@ -183,12 +183,12 @@ fn gpu_at(g: &Gpu, index: usize, t: f64, taken_at: f64) -> GpuSample {
             })
             .collect();
     }
-    s.processes = processes_at(g, t, &has);
+    s.processes = processes_at(g, t, taken_at, &has);
     s.sort_processes();
     s
 }
 
-fn processes_at(g: &Gpu, t: f64, has: &dyn Fn(Call) -> bool) -> Vec<ProcSample> {
+fn processes_at(g: &Gpu, t: f64, taken_at: f64, has: &dyn Fn(Call) -> bool) -> Vec<ProcSample> {
     let util_known = has(Call::ProcessUtilization);
     g.processes_at(t)
         .filter(|p| match p.kind {
@@ -208,18 +208,42 @@ fn processes_at(g: &Gpu, t: f64, has: &dyn Fn(Call) -> bool) -> Vec<ProcSample> 
             mem_percent: util_known.then(|| p.mem.percent_at(t) as f32),
             gpu_instance: p.gpu_instance,
             compute_instance: p.compute_instance,
-            host: host_at(&p.host, p.start, t),
+            host: host_at(&p.host, p.start, t, taken_at),
         })
         .collect()
 }
 
-fn host_at(h: &scenario::HostSpec, start: f64, t: f64) -> HostProc {
+/// The name the live source gives the NVML call behind a scenario call, so errors read the
+/// same whichever source produced them.
+fn nvml_call_name(call: Call) -> &'static str {
+    match call {
+        Call::Name => "name",
+        Call::Uuid => "uuid",
+        Call::PciInfo => "pci_info",
+        Call::Memory => "memory_info",
+        Call::Utilization => "utilization_rates",
+        Call::Temperature => "temperature",
+        Call::TemperatureThreshold => "temperature_threshold",
+        Call::Power => "power_usage",
+        Call::PowerLimit => "enforced_power_limit",
+        Call::Clock => "clock_info_sm",
+        Call::PcieThroughput => "pcie_throughput_rx",
+        Call::Energy => "total_energy_consumption",
+        Call::Ecc => "total_ecc_errors",
+        Call::FanSpeed => "fan_speed",
+        Call::ComputeProcesses => "running_compute_processes",
+        Call::GraphicsProcesses => "running_graphics_processes",
+        Call::MpsProcesses => "mps_running_compute_processes",
+        Call::ProcessUtilization => "process_utilization",
+        Call::MigMode => "mig_mode",
+    }
+}
+
+fn host_at(h: &scenario::HostSpec, start: f64, t: f64, taken_at: f64) -> HostProc {
     if h.hidden {
         return HostProc::default();
     }
-    let now = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
+    let now = taken_at.max(0.0) as u64;
     HostProc {
         visible: true,
         name: h.name.clone().or_else(|| {

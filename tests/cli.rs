@@ -1,0 +1,481 @@
+//! The binary's other paths: record and replay, recovery after a lost GPU or an unloaded
+//! driver, the slow cadence, the demo, config and its errors, colour, completions, the man page.
+//! GPUs come from the NVML test double (through the real `nvml-wrapper` path) or a scenario.
+
+mod common;
+
+use std::path::Path;
+use std::process::Output;
+
+use common::{ScenarioFile, Sleeper, gpuwatch_bin, gpuwatch_cmd, gpuwatch_on, stderr, stdout};
+use serde_json::Value;
+
+const GIB: u64 = 1 << 30;
+
+fn run(args: &[&str]) -> Output {
+    std::process::Command::new(gpuwatch_bin())
+        .args(args)
+        .env("NO_COLOR", "1")
+        .env("XDG_CONFIG_HOME", "/nonexistent-gpuwatch-test")
+        .output()
+        .expect("gpuwatch runs")
+}
+
+fn ok_json(o: &Output) -> Value {
+    assert!(o.status.success(), "gpuwatch failed: {}", stderr(o));
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {}", stdout(o)))
+}
+
+/// The samples of a recording (header skipped).
+fn samples(path: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(path).expect("recording");
+    let mut lines = text.lines();
+    let header: Value = serde_json::from_str(lines.next().expect("header")).expect("header JSON");
+    assert_eq!(header["format"], "gpuwatch-recording");
+    assert_eq!(header["version"], 1);
+    lines
+        .map(|l| serde_json::from_str(l).expect("sample JSON"))
+        .collect()
+}
+
+#[test]
+fn record_then_replay_gives_back_the_same_numbers() {
+    let a = Sleeper::spawn();
+    let sc = ScenarioFile::new(&format!(
+        "[[gpu]]\nmemory_total = \"80GiB\"\n[[gpu.process]]\npid = {}\nused = {{ linear = [[0, \"1GiB\"], [10, \"11GiB\"]] }}\nsm = 40\n",
+        a.pid()
+    ));
+    let file = sc.dir.path().join("run.jsonl");
+    let file_s = file.to_str().expect("utf-8");
+    let o = gpuwatch_on(
+        &sc,
+        &["--interval", "100ms", "record", "--samples", "5", file_s],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("recorded 5 samples"), "{}", stderr(&o));
+    let recorded = samples(&file);
+    assert_eq!(recorded.len(), 5);
+    // Memory rises along the ramp; the host facts were recorded.
+    let used = |s: &Value| {
+        s["gpus"][0]["processes"][0]["used_bytes"]
+            .as_u64()
+            .expect("used")
+    };
+    assert!(used(&recorded[4]) > used(&recorded[0]));
+    assert_eq!(
+        recorded[0]["gpus"][0]["processes"][0]["host"]["name"],
+        "sleep"
+    );
+
+    // Replayed, without the double: the first sample, and a later one with --at.
+    let v = ok_json(&run(&[
+        "--replay", file_s, "--speed", "0", "snapshot", "--json",
+    ]));
+    assert_eq!(v["source"]["kind"], "replay");
+    let p = &v["gpus"][0]["processes"][0];
+    assert_eq!(p["pid"], a.pid());
+    assert_eq!(p["used_bytes"].as_u64(), Some(used(&recorded[0])));
+    assert_eq!(p["name"], "sleep");
+    let span =
+        recorded[4]["taken_at"].as_f64().expect("t") - recorded[0]["taken_at"].as_f64().expect("t");
+    let at = format!("{:.3}", span - 0.001);
+    let v = ok_json(&run(&[
+        "--replay", file_s, "snapshot", "--json", "--at", &at,
+    ]));
+    assert_eq!(
+        v["gpus"][0]["processes"][0]["used_bytes"].as_u64(),
+        Some(used(&recorded[4]))
+    );
+}
+
+#[test]
+fn record_never_overwrites_without_force() {
+    let sc = ScenarioFile::new("[[gpu]]\nmemory_total = \"8GiB\"\n");
+    let file = sc.dir.path().join("keep.jsonl");
+    std::fs::write(&file, "precious\n").expect("write");
+    let file_s = file.to_str().expect("utf-8");
+    let o = gpuwatch_on(&sc, &["record", "--samples", "1", file_s]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("already exists; pass --force"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(std::fs::read_to_string(&file).expect("read"), "precious\n");
+    let o = gpuwatch_on(&sc, &["record", "--samples", "1", "--force", file_s]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(samples(&file).len(), 1);
+}
+
+/// Records `seconds` of samples at 100 ms from the double.
+fn record_for(sc: &ScenarioFile, seconds: &str) -> Vec<Value> {
+    let file = sc.dir.path().join("rec.jsonl");
+    let o = gpuwatch_on(
+        sc,
+        &[
+            "--interval",
+            "100ms",
+            "record",
+            "--force",
+            "--duration",
+            seconds,
+            file.to_str().expect("utf-8"),
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    samples(&file)
+}
+
+#[test]
+fn unloaded_driver_is_reported_then_nvml_is_reinitialised() {
+    let sc = ScenarioFile::new(
+        "driver_unloaded = { from = 0.6, until = 1.4 }\n[[gpu]]\nmemory_total = \"8GiB\"\nbase_used = \"1GiB\"\n",
+    );
+    let recorded = record_for(&sc, "4s");
+    let has_memory = |s: &Value| s["gpus"][0]["memory"].is_object();
+    let first_bad = recorded
+        .iter()
+        .position(|s| !has_memory(s))
+        .expect("some samples lost the session");
+    assert!(has_memory(&recorded[0]), "sampled before the unload");
+    let errors = recorded[first_bad].to_string();
+    assert!(
+        errors.contains("reinitialis"),
+        "says it will reinitialise: {errors}"
+    );
+    let recovered = recorded[first_bad..]
+        .iter()
+        .position(has_memory)
+        .expect("sampling resumed after the driver came back");
+    assert!(recorded[first_bad + recovered..].iter().all(has_memory));
+    assert_eq!(
+        recorded.last().expect("samples")["gpus"][0]["memory"]["used"],
+        GIB
+    );
+}
+
+#[test]
+fn lost_gpu_is_reported_and_recovers_after_reset() {
+    let sc = ScenarioFile::new(
+        "[[gpu]]\nmemory_total = \"8GiB\"\n[[gpu]]\nmemory_total = \"8GiB\"\nlost_at = 0.5\nlost_until = 1.2\n",
+    );
+    let recorded = record_for(&sc, "4s");
+    let lost = |s: &Value| s["gpus"][1]["lost"] == true;
+    let first_lost = recorded
+        .iter()
+        .position(lost)
+        .expect("the GPU was reported lost");
+    // The other GPU kept being sampled meanwhile.
+    assert!(recorded[first_lost]["gpus"][0]["memory"].is_object());
+    let tail = &recorded[first_lost..];
+    let back = tail
+        .iter()
+        .position(|s| !lost(s) && s["gpus"][1]["memory"].is_object())
+        .expect("the GPU came back after its reset");
+    assert!(back > 0);
+}
+
+#[test]
+fn slow_calls_never_delay_the_fast_sample() {
+    // PCIe throughput and energy take 300 ms per call (an H200 takes ~20 ms per PCIe call).
+    let sc = ScenarioFile::new(
+        r#"
+[[gpu]]
+memory_total = "8GiB"
+pcie_rx = 1000
+faults.slow = [{ call = "pcie-throughput", ms = 300 }, { call = "energy", ms = 300 }]
+"#,
+    );
+    let recorded = record_for(&sc, "2s");
+    // At 100 ms the fast cadence gives ~20 samples; on one thread with the slow calls it would
+    // give at most 2 (900 ms per sample).
+    assert!(
+        recorded.len() >= 10,
+        "only {} samples in 2 s",
+        recorded.len()
+    );
+    let slow = &recorded.last().expect("samples")["gpus"][0]["slow"];
+    assert_eq!(
+        slow["pcie_rx_bytes_per_s"],
+        1000 * 1024,
+        "slow readings arrive: {slow}"
+    );
+    assert!(slow["energy_joules"].is_number());
+}
+
+#[test]
+fn mig_mode_and_devices_are_shown() {
+    let a = Sleeper::spawn();
+    let sc = ScenarioFile::new(&format!(
+        r#"
+[clock]
+freeze = 1.0
+[[gpu]]
+memory_total = "80GiB"
+mig = "enabled"
+[[gpu.mig_device]]
+gpu_instance = 1
+compute_instance = 0
+memory_total = "40GiB"
+[[gpu.mig_device]]
+gpu_instance = 2
+compute_instance = 0
+memory_total = "40GiB"
+[[gpu.process]]
+pid = {}
+used = "3GiB"
+gpu_instance = 2
+compute_instance = 0
+"#,
+        a.pid()
+    ));
+    let v = ok_json(&gpuwatch_on(&sc, &["snapshot", "--json"]));
+    let g = &v["gpus"][0];
+    assert_eq!(g["mig_mode"], "enabled");
+    let devices = g["mig_devices"].as_array().expect("mig devices");
+    assert_eq!(devices.len(), 2);
+    assert_eq!(devices[1]["memory"]["used_bytes"], 3 * GIB);
+    assert_eq!(devices[0]["memory"]["used_bytes"], 0);
+    assert!(
+        devices[0]["uuid"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("MIG-")
+    );
+    assert_eq!(g["processes"][0]["gpu_instance"], 2);
+    assert_eq!(g["processes"][0]["compute_instance"], 0);
+    // A GPU split into MIG devices is not offered by pick.
+    let o = gpuwatch_on(&sc, &["pick"]);
+    assert_eq!(o.status.code(), Some(1));
+}
+
+#[test]
+fn demo_runs_without_a_gpu_and_tells_its_stories() {
+    let v = ok_json(&run(&["--demo", "snapshot", "--json"]));
+    assert_eq!(v["source"]["kind"], "demo");
+    let gpus = v["gpus"].as_array().expect("gpus");
+    assert_eq!(gpus.len(), 4);
+    let users: Vec<&str> = gpus
+        .iter()
+        .flat_map(|g| g["processes"].as_array().into_iter().flatten())
+        .filter_map(|p| p["user"].as_str())
+        .collect();
+    assert!(
+        users.contains(&"bob") && users.contains(&"alice"),
+        "{users:?}"
+    );
+    let used = |g: &Value| {
+        g["memory"]["used_bytes"].as_f64().expect("used")
+            / g["memory"]["total_bytes"].as_f64().expect("total")
+    };
+    assert!(used(&gpus[3]) > 0.9, "GPU 3 nears capacity");
+    assert!(gpus[0]["unattributed_bytes"].as_u64().unwrap_or(0) >= GIB);
+    // alice is "me" in the demo: her processes are mine, bob's are external.
+    assert!(gpus[3]["external_bytes"].as_u64().unwrap_or(0) > 60 * GIB);
+    let o = run(&["--demo", "pick", "--format", "index"]);
+    assert_eq!(stdout(&o).trim(), "2", "the idle GPU: {}", stderr(&o));
+    let o = run(&["--demo", "snapshot"]);
+    assert!(
+        stdout(&o).contains("bob") && stdout(&o).contains("unattributed"),
+        "{}",
+        stdout(&o)
+    );
+}
+
+#[test]
+fn replaying_the_h200_recordings_works_from_the_command_line() {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/h200/leak-to-oom.recording.jsonl");
+    let f = fixture.to_str().expect("utf-8");
+    let v = ok_json(&run(&["--replay", f, "snapshot", "--json", "--at", "60"]));
+    let pids: Vec<u64> = v["gpus"][0]["processes"]
+        .as_array()
+        .expect("processes")
+        .iter()
+        .filter_map(|p| p["pid"].as_u64())
+        .collect();
+    assert_eq!(
+        pids[0], 1055,
+        "the leaking process holds the most at t = 60 s: {pids:?}"
+    );
+    assert!(pids.contains(&1014) && pids.contains(&1030));
+    assert_eq!(v["gpus"][0]["processes"][0]["visible"], false);
+
+    // A recording made by `gpuwatch record` on a real H200 (driver 580.159.04).
+    let live = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/h200-live/gpuwatch-record-h200.recording.jsonl");
+    let recorded = samples(&live);
+    let v = ok_json(&run(&[
+        "--replay",
+        live.to_str().expect("utf-8"),
+        "snapshot",
+        "--json",
+    ]));
+    assert_eq!(v["source"]["driver_version"], "580.159.04");
+    let first = &recorded[0]["gpus"][0];
+    assert_eq!(
+        v["gpus"][0]["memory"]["used_bytes"],
+        first["memory"]["used"]
+    );
+    assert_eq!(
+        v["gpus"][0]["processes"].as_array().map(Vec::len),
+        first["processes"].as_array().map(Vec::len)
+    );
+}
+
+#[test]
+fn bad_input_files_are_named_with_line_and_column() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let scenario = dir.path().join("bad.toml");
+    std::fs::write(
+        &scenario,
+        "[[gpu]]\nmemory_total = \"80GiB\"\nutil_gpu = { linear = 5 }\n",
+    )
+    .expect("write");
+    let o = run(&["--scenario", scenario.to_str().expect("utf-8"), "snapshot"]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = stderr(&o);
+    assert!(
+        err.contains("bad.toml") && err.contains("line 3") && err.contains("column"),
+        "{err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+
+    let recording = dir.path().join("bad.jsonl");
+    std::fs::write(&recording, "{\"format\":\"gpuwatch-recording\",\"version\":1,\"source\":{\"kind\":\"live\",\"host\":\"h\",\"driver_version\":null,\"cuda_version\":null,\"nvml_version\":null,\"detail\":\"x\"},\"interval_ms\":1000,\"started_at\":0}\n{\"taken_at\": oops}\n").expect("write");
+    let o = run(&["--replay", recording.to_str().expect("utf-8"), "snapshot"]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = stderr(&o);
+    assert!(err.contains("bad.jsonl:2:"), "{err}");
+
+    let o = run(&["--replay", "/nonexistent/rec.jsonl", "snapshot"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("/nonexistent/rec.jsonl"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn config_file_errors_name_file_key_and_expectation() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let cfg = dir.path().join("config.toml");
+    std::fs::write(&cfg, "[sampling]\nintervall = \"1s\"\n").expect("write");
+    let o = run(&[
+        "--config",
+        cfg.to_str().expect("utf-8"),
+        "--demo",
+        "snapshot",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = stderr(&o);
+    assert!(
+        err.contains("config.toml") && err.contains("sampling.intervall") && err.contains("line 2"),
+        "{err}"
+    );
+
+    std::fs::write(&cfg, "[sampling]\ninterval = \"5ms\"\n").expect("write");
+    let o = run(&["--config", cfg.to_str().expect("utf-8"), "print-config"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("from 100ms to 60s"), "{}", stderr(&o));
+
+    let o = run(&["--config", "/nonexistent/gpuwatch.toml", "print-config"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("/nonexistent/gpuwatch.toml"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn print_config_merges_command_line_over_file_over_defaults() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let cfg = dir.path().join("gpuwatch").join("config.toml");
+    std::fs::create_dir_all(cfg.parent().expect("dir")).expect("mkdir");
+    std::fs::write(
+        &cfg,
+        "[sampling]\ninterval = \"2s\"\nslow-interval = \"20s\"\n[pick]\ncount = 2\n",
+    )
+    .expect("write");
+    // Found through XDG_CONFIG_HOME; --interval wins over the file.
+    let o = std::process::Command::new(gpuwatch_bin())
+        .args(["--interval", "500ms", "print-config"])
+        .env("XDG_CONFIG_HOME", dir.path())
+        .output()
+        .expect("runs");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    let parsed: toml::Table = toml::from_str(&text).expect("print-config prints TOML");
+    assert_eq!(parsed["sampling"]["interval"].as_str(), Some("500ms"));
+    assert_eq!(parsed["sampling"]["slow-interval"].as_str(), Some("20s"));
+    assert_eq!(parsed["pick"]["count"].as_integer(), Some(2));
+    assert_eq!(parsed["pick"]["format"].as_str(), Some("env"));
+    let o = run(&["--interval", "10ms", "print-config"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("--interval"), "{}", stderr(&o));
+}
+
+#[test]
+fn colour_follows_flag_env_and_config() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let cfg = dir.path().join("c.toml");
+    std::fs::write(&cfg, "[display]\ncolor = \"always\"\n").expect("write");
+    let c = cfg.to_str().expect("utf-8");
+    let with = |extra: &[&str], no_color_env: bool| {
+        let mut cmd = std::process::Command::new(gpuwatch_bin());
+        cmd.args(["--config", c, "--demo"])
+            .args(extra)
+            .arg("snapshot");
+        if no_color_env {
+            cmd.env("NO_COLOR", "1");
+        } else {
+            cmd.env_remove("NO_COLOR");
+        }
+        stdout(&cmd.output().expect("runs"))
+    };
+    assert!(
+        with(&[], false).contains('\x1b'),
+        "color = always colours a pipe"
+    );
+    assert!(!with(&["--no-color"], false).contains('\x1b'));
+    assert!(!with(&[], true).contains('\x1b'), "NO_COLOR wins");
+}
+
+#[test]
+fn completions_and_man_page_come_from_the_cli() {
+    let o = run(&["completions", "bash"]);
+    assert!(o.status.success());
+    assert!(stdout(&o).contains("snapshot") && stdout(&o).contains("--min-free"));
+    let o = run(&["completions", "zsh"]);
+    assert!(stdout(&o).contains("#compdef gpuwatch"));
+    let o = run(&["man"]);
+    assert!(o.status.success());
+    assert!(stdout(&o).contains(".TH gpuwatch"), "{}", stdout(&o));
+    let o = run(&["completions", "tcsh"]);
+    assert_eq!(o.status.code(), Some(2), "unknown shells are a usage error");
+}
+
+#[test]
+fn a_closed_pipe_ends_quietly() {
+    use std::io::Read;
+    let mut child = std::process::Command::new(gpuwatch_bin())
+        .args(["--demo", "completions", "bash"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("runs");
+    drop(child.stdout.take());
+    let status = child.wait().expect("exits");
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .expect("stderr")
+        .read_to_string(&mut err)
+        .expect("read");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(status.code().is_some(), "exited, not killed by SIGPIPE");
+    let _ = gpuwatch_cmd;
+}

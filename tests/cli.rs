@@ -165,13 +165,16 @@ fn lost_gpu_is_reported_and_recovers_after_reset() {
         .iter()
         .position(lost)
         .expect("the GPU was reported lost");
-    // The other GPU kept being sampled meanwhile.
-    assert!(recorded[first_lost]["gpus"][0]["memory"].is_object());
-    let tail = &recorded[first_lost..];
-    let back = tail
+    // The healthy GPU is sampled in every sample, the lost one's wait included.
+    for s in &recorded {
+        assert!(s["gpus"][0]["memory"].is_object(), "GPU 0 sampled: {s}");
+    }
+    let errors = recorded[first_lost]["gpus"][1]["errors"].to_string();
+    assert!(errors.contains("GpuLost"), "{errors}");
+    let back = recorded[first_lost..]
         .iter()
         .position(|s| !lost(s) && s["gpus"][1]["memory"].is_object())
-        .expect("the GPU came back after its reset");
+        .expect("the GPU came back after its reset (NVML re-initialised)");
     assert!(back > 0);
 }
 

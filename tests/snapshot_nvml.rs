@@ -218,8 +218,14 @@ used_unavailable = true
 
     let o = gpuwatch_on(&sc, &["snapshot"]);
     let text = stdout(&o);
-    assert!(text.contains("power n/a") && text.contains("temp n/a"), "{text}");
-    assert!(!text.contains(" 0 W") && !text.contains(" 0°C"), "n/a is never shown as 0: {text}");
+    assert!(
+        text.contains("power n/a") && text.contains("temp n/a"),
+        "{text}"
+    );
+    assert!(
+        !text.contains(" 0 W") && !text.contains(" 0°C"),
+        "n/a is never shown as 0: {text}"
+    );
     assert!(text.contains("unattributed  n/a"), "{text}");
 }
 

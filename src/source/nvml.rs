@@ -228,12 +228,14 @@ impl NvmlSource {
         }
     }
 
-    /// Tries to re-initialise when its time has come. Returns an error to report, if any.
+    /// Re-initialises NVML when a re-initialisation is due. Returns an error to report, if
+    /// any. While a session exists (one GPU lost, the others fine), sampling goes on with it
+    /// until the new session replaces it.
     fn maybe_reinit(&mut self, probe: &CallProbe) -> Option<CallError> {
         let due = self.next_reinit?;
         let now = Instant::now();
         if now < due {
-            return Some(CallError {
+            return self.session.get().is_none().then(|| CallError {
                 call: "init".to_string(),
                 error: format!(
                     "NVML session lost; reinitialising in {:.0?}",
@@ -248,7 +250,8 @@ impl NvmlSource {
                 self.gpus = vec![GpuMemo::default(); count];
                 self.session.set(Some(Arc::new(nvml)));
                 self.next_reinit = None;
-                self.backoff = Duration::from_secs(1);
+                // The backoff resets only once a sample finds every GPU well (see `sample`), so
+                // a GPU that stays lost is not re-initialised every second.
                 None
             }
             Err(e) => {
@@ -590,7 +593,15 @@ impl GpuSource for NvmlSource {
         let started = Instant::now();
         let taken_at = unix_now();
         let mut errors = Vec::new();
-        if let Some(e) = self.maybe_reinit(probe) {
+        let reinit_error = self.maybe_reinit(probe);
+        let Some(nvml) = self.session.get() else {
+            let e = reinit_error.unwrap_or_else(|| {
+                self.schedule_reinit(started);
+                CallError {
+                    call: "init".to_string(),
+                    error: "NVML session lost; reinitialising".to_string(),
+                }
+            });
             errors.push(e.clone());
             return Sample {
                 taken_at,
@@ -598,17 +609,8 @@ impl GpuSource for NvmlSource {
                 errors,
                 collect_seconds: started.elapsed().as_secs_f64(),
             };
-        }
-        let Some(nvml) = self.session.get() else {
-            // No session and no reinit scheduled cannot happen; schedule one to be safe.
-            self.schedule_reinit(started);
-            return Sample {
-                taken_at,
-                gpus: Vec::new(),
-                errors,
-                collect_seconds: 0.0,
-            };
         };
+        errors.extend(reinit_error);
         let mut gpus = Vec::with_capacity(self.gpus.len());
         let mut session_lost = false;
         let mut any_lost = false;
@@ -625,10 +627,14 @@ impl GpuSource for NvmlSource {
                 error: "NVML session lost (driver unloaded?); reinitialising".to_string(),
             });
             self.schedule_reinit(started);
-        } else if any_lost && self.next_reinit.is_none() {
+        } else if any_lost {
             // A GPU that fell off the bus needs a fresh session once it is back (reset).
-            self.next_reinit = Some(started + self.backoff);
-            self.backoff = (self.backoff * 2).min(self.options.reinit_backoff_max);
+            if self.next_reinit.is_none() {
+                self.next_reinit = Some(started + self.backoff);
+                self.backoff = (self.backoff * 2).min(self.options.reinit_backoff_max);
+            }
+        } else {
+            self.backoff = Duration::from_secs(1);
         }
         Sample {
             taken_at,

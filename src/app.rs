@@ -85,12 +85,16 @@ fn load_config(cli: &Cli) -> Result<Config> {
     let g = &cli.global;
     let mut overrides = Overrides {
         interval: g.interval,
-        nvml_library: g.nvml_lib.clone(),
+        slow_interval: g.slow_interval,
+        hang_timeout: g.hang_timeout,
+        nvml_library: g.nvml_library.clone(),
+        color: g.color,
         watch: (!g.watch.is_empty()).then(|| g.watch.clone()),
-        hang_timeout: None,
         ..Overrides::default()
     };
-    if g.no_color || std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty()) {
+    // NO_COLOR (https://no-color.org) counts as --no-color unless --color says otherwise.
+    let no_color_env = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+    if g.no_color || (no_color_env && g.color.is_none()) {
         overrides.color = Some(ColorChoice::Never);
     }
     if let Some(Command::Pick(p)) = &cli.command {

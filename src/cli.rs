@@ -39,11 +39,20 @@ pub struct GlobalArgs {
     /// Fast sampling interval (memory, utilisation, processes), 100ms to 60s.
     #[arg(long, global = true, value_name = "DURATION", value_parser = parse_interval)]
     pub interval: Option<Duration>,
+    /// Slow sampling interval (PCIe throughput, energy, ECC), 100ms to 10m, at least --interval.
+    #[arg(long, global = true, value_name = "DURATION", value_parser = parse_slow_interval)]
+    pub slow_interval: Option<Duration>,
+    /// How long one-shot commands wait for the first sample before naming the call that hangs.
+    #[arg(long, global = true, value_name = "DURATION", value_parser = parse_hang_timeout)]
+    pub hang_timeout: Option<Duration>,
     /// Path of the NVML library (default: the system's libnvidia-ml.so.1).
     #[arg(long, global = true, value_name = "PATH", env = "GPUWATCH_NVML_LIB")]
-    pub nvml_lib: Option<PathBuf>,
-    /// Never colour the output (the `NO_COLOR` environment variable does the same).
-    #[arg(long, global = true)]
+    pub nvml_library: Option<PathBuf>,
+    /// Colours: auto (on a terminal, unless `NO_COLOR` is set), always, never.
+    #[arg(long, global = true, value_name = "WHEN")]
+    pub color: Option<crate::config::ColorChoice>,
+    /// Never colour the output (same as --color never; the `NO_COLOR` variable does the same).
+    #[arg(long, global = true, conflicts_with = "color")]
     pub no_color: bool,
     /// Processes that are "mine": `pid:N` (with descendants), `user:NAME`, `cmd:REGEX`.
     /// Repeatable. Default: the invoking user's processes.
@@ -114,6 +123,16 @@ pub struct RecordArgs {
 /// `100ms` … `60s`, with the config file's rules and messages.
 pub fn parse_interval(text: &str) -> Result<Duration, String> {
     crate::config::parse_duration_in(crate::config::INTERVAL_RANGE, text)
+        .map_err(|e| format!("'{text}' is {e}"))
+}
+
+fn parse_slow_interval(text: &str) -> Result<Duration, String> {
+    crate::config::parse_duration_in(crate::config::SLOW_INTERVAL_RANGE, text)
+        .map_err(|e| format!("'{text}' is {e}"))
+}
+
+fn parse_hang_timeout(text: &str) -> Result<Duration, String> {
+    crate::config::parse_duration_in(crate::config::HANG_TIMEOUT_RANGE, text)
         .map_err(|e| format!("'{text}' is {e}"))
 }
 

@@ -444,6 +444,11 @@ fn colour_follows_flag_env_and_config() {
     );
     assert!(!with(&["--no-color"], false).contains('\x1b'));
     assert!(!with(&[], true).contains('\x1b'), "NO_COLOR wins");
+    assert!(
+        with(&["--color", "always"], true).contains('\x1b'),
+        "an explicit --color beats NO_COLOR"
+    );
+    assert!(!with(&["--color", "never"], false).contains('\x1b'));
 }
 
 #[test]
@@ -481,4 +486,39 @@ fn a_closed_pipe_ends_quietly() {
     assert!(!err.contains("panicked"), "{err}");
     assert!(status.code().is_some(), "exited, not killed by SIGPIPE");
     let _ = gpuwatch_cmd;
+}
+
+#[test]
+fn running_without_a_command_shows_the_live_table_until_interrupted() {
+    use std::io::{BufRead, BufReader};
+    let mut child = std::process::Command::new(gpuwatch_bin())
+        .args(["--demo", "--interval", "100ms"])
+        .env("NO_COLOR", "1")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("runs");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    // Two frames arrive (each starts with the header line).
+    let mut headers = 0;
+    for line in lines.by_ref() {
+        if line.expect("utf-8").starts_with("demo-node · demo") {
+            headers += 1;
+            if headers == 2 {
+                break;
+            }
+        }
+    }
+    assert_eq!(headers, 2, "the table is redrawn as frames arrive");
+    let status = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success());
+    // Keep reading until the process closes its output: it ends on SIGINT, not on a closed pipe.
+    for line in lines {
+        let _ = line;
+    }
+    let out = child.wait_with_output().expect("exits");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
 }

@@ -297,7 +297,18 @@ fn host_loop(shared: &HostShared, stop: &Stop, interval: Duration) {
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
         let fresh = procinfo.enrich(&pids);
-        *shared.facts.lock().unwrap_or_else(PoisonError::into_inner) = fresh;
+        {
+            // Merge rather than replace: the fast thread may have added PIDs it saw first while
+            // this refresh ran; forget only PIDs the latest sample no longer has.
+            let current = shared
+                .pids
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone();
+            let mut facts = shared.facts.lock().unwrap_or_else(PoisonError::into_inner);
+            facts.extend(fresh);
+            facts.retain(|pid, _| current.binary_search(pid).is_ok());
+        }
         if !stop.sleep_until(started + interval) {
             break;
         }

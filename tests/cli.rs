@@ -7,7 +7,9 @@ mod common;
 use std::path::Path;
 use std::process::Output;
 
-use common::{ScenarioFile, Sleeper, gpuwatch_bin, gpuwatch_cmd, gpuwatch_on, stderr, stdout};
+use common::{
+    ScenarioFile, Sleeper, fails_with, gpuwatch_bin, gpuwatch_cmd, gpuwatch_on, stderr, stdout,
+};
 use serde_json::Value;
 
 const GIB: u64 = 1 << 30;
@@ -95,12 +97,7 @@ fn record_never_overwrites_without_force() {
     std::fs::write(&file, "precious\n").expect("write");
     let file_s = file.to_str().expect("utf-8");
     let o = gpuwatch_on(&sc, &["record", "--samples", "1", file_s]);
-    assert_eq!(o.status.code(), Some(2));
-    assert!(
-        stderr(&o).contains("already exists; pass --force"),
-        "{}",
-        stderr(&o)
-    );
+    fails_with(&o, 2, "already exists; pass --force");
     assert_eq!(std::fs::read_to_string(&file).expect("read"), "precious\n");
     let o = gpuwatch_on(&sc, &["record", "--samples", "1", "--force", file_s]);
     assert!(o.status.success(), "{}", stderr(&o));
@@ -352,12 +349,7 @@ fn bad_input_files_are_named_with_line_and_column() {
     assert!(err.contains("bad.jsonl:2:"), "{err}");
 
     let o = run(&["--replay", "/nonexistent/rec.jsonl", "snapshot"]);
-    assert_eq!(o.status.code(), Some(2));
-    assert!(
-        stderr(&o).contains("/nonexistent/rec.jsonl"),
-        "{}",
-        stderr(&o)
-    );
+    fails_with(&o, 2, "/nonexistent/rec.jsonl");
 }
 
 #[test]
@@ -380,16 +372,10 @@ fn config_file_errors_name_file_key_and_expectation() {
 
     std::fs::write(&cfg, "[sampling]\ninterval = \"5ms\"\n").expect("write");
     let o = run(&["--config", cfg.to_str().expect("utf-8"), "print-config"]);
-    assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("from 100ms to 60s"), "{}", stderr(&o));
+    fails_with(&o, 2, "from 100ms to 60s");
 
     let o = run(&["--config", "/nonexistent/gpuwatch.toml", "print-config"]);
-    assert_eq!(o.status.code(), Some(2));
-    assert!(
-        stderr(&o).contains("/nonexistent/gpuwatch.toml"),
-        "{}",
-        stderr(&o)
-    );
+    fails_with(&o, 2, "/nonexistent/gpuwatch.toml");
 }
 
 #[test]
@@ -416,8 +402,7 @@ fn print_config_merges_command_line_over_file_over_defaults() {
     assert_eq!(parsed["pick"]["count"].as_integer(), Some(2));
     assert_eq!(parsed["pick"]["format"].as_str(), Some("env"));
     let o = run(&["--interval", "10ms", "print-config"]);
-    assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("--interval"), "{}", stderr(&o));
+    fails_with(&o, 2, "--interval");
 }
 
 #[test]

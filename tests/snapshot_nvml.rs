@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{ScenarioFile, Sleeper, gpuwatch_cmd, gpuwatch_on, stderr, stdout};
+use common::{ScenarioFile, Sleeper, fails_with, gpuwatch_cmd, gpuwatch_on, stderr, stdout};
 use serde_json::Value;
 
 const GIB: u64 = 1 << 30;
@@ -178,12 +178,7 @@ fn gpu_filter_selects_by_index_and_uuid_and_rejects_unknown() {
     ));
     assert_eq!(v["gpus"][0]["index"], 0);
     let o = gpuwatch_on(&sc, &["snapshot", "--gpu", "7"]);
-    assert_eq!(o.status.code(), Some(2));
-    assert!(
-        stderr(&o).contains("--gpu '7' is not a GPU here"),
-        "{}",
-        stderr(&o)
-    );
+    fails_with(&o, 2, "--gpu '7' is not a GPU here");
 }
 
 #[test]
@@ -371,19 +366,9 @@ util_gpu = 5
             "uuid",
         ],
     );
-    assert_eq!(o.status.code(), Some(1));
-    assert!(
-        stderr(&o).contains("no GPU has 30.0GiB free"),
-        "{}",
-        stderr(&o)
-    );
+    fails_with(&o, 1, "no GPU has 30.0GiB free");
     let o = gpuwatch_on(&sc, &["pick", "--min-free", "lots"]);
-    assert_eq!(o.status.code(), Some(2));
-    assert!(
-        stderr(&o).contains("'lots' is not a size"),
-        "{}",
-        stderr(&o)
-    );
+    fails_with(&o, 2, "'lots' is not a size");
 }
 
 #[test]
@@ -414,22 +399,12 @@ fn no_driver_is_a_clear_error_with_exit_2() {
 fn no_gpus_and_unloaded_driver_are_clear_errors() {
     let sc = ScenarioFile::new("driver_version = \"580.159.04\"\n");
     let o = gpuwatch_on(&sc, &["snapshot"]);
-    assert_eq!(o.status.code(), Some(2));
-    assert!(
-        stderr(&o).contains("no NVIDIA GPUs found"),
-        "{}",
-        stderr(&o)
-    );
+    fails_with(&o, 2, "no NVIDIA GPUs found");
 
     let sc =
         ScenarioFile::new("driver_unloaded = { from = 0 }\n[[gpu]]\nmemory_total = \"1GiB\"\n");
     let o = gpuwatch_on(&sc, &["snapshot"]);
-    assert_eq!(o.status.code(), Some(2));
-    assert!(
-        stderr(&o).contains("kernel driver is not loaded"),
-        "{}",
-        stderr(&o)
-    );
+    fails_with(&o, 2, "kernel driver is not loaded");
 }
 
 #[test]
@@ -443,6 +418,5 @@ fn watch_specs_choose_what_is_mine() {
     assert_eq!(p[1]["watched"], false);
     assert_eq!(v["gpus"][0]["mine_bytes"], 11 * GIB);
     let o = gpuwatch_on(&sc, &["snapshot", "--watch", "nope"]);
-    assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("'nope'"), "{}", stderr(&o));
+    fails_with(&o, 2, "'nope'");
 }

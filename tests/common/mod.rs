@@ -121,3 +121,11 @@ pub fn stdout(o: &Output) -> String {
 pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
+
+/// Asserts the command failed with `code` and said `needle` on stderr, without panicking.
+pub fn fails_with(o: &Output, code: i32, needle: &str) {
+    let err = stderr(o);
+    assert_eq!(o.status.code(), Some(code), "exit code; stderr: {err}");
+    assert!(err.contains(needle), "expected '{needle}' in: {err}");
+    assert!(!err.contains("panicked"), "{err}");
+}

@@ -76,7 +76,7 @@ pub fn run(cli: Cli) -> Result<u8> {
         Some(Command::Snapshot(args)) => snapshot(&cli.global, &config, &args),
         Some(Command::Pick(args)) => pick(&cli.global, &config, &args),
         Some(Command::Record(args)) => record(&cli.global, &config, &args),
-        None => top(&cli.global, &config),
+        None | Some(Command::Tui) => dashboard(&cli.global, &config),
         Some(Command::Completions { .. } | Command::Man) => Ok(0),
     }
 }
@@ -172,14 +172,9 @@ fn first_frame(
 }
 
 /// The watched set ("mine") for this frame's source.
-fn watch_set(config: &Config, frame: &Frame) -> WatchSet {
-    let specs = config.watch.specs.clone();
-    let me = frame
-        .source
-        .me
-        .clone()
-        .or_else(crate::source::procinfo::current_user);
-    WatchSet::new(specs, me)
+fn watch_set(config: &Config, source: &crate::model::SourceInfo) -> WatchSet {
+    let me = source.me.clone().or_else(crate::source::procinfo::current_user);
+    WatchSet::new(config.watch.specs.clone(), me)
 }
 
 fn watched_fn(set: &WatchSet) -> impl Fn(&ProcSample) -> bool + '_ {
@@ -249,7 +244,7 @@ fn snapshot(g: &GlobalArgs, config: &Config, args: &SnapshotArgs) -> Result<u8> 
     let sampler = start(g, config, args.at, None)?;
     let frame = first_frame(&rt, &sampler, config)?;
     let gpus = select_gpus(&frame, &args.gpu)?;
-    let set = watch_set(config, &frame);
+    let set = watch_set(config, &frame.source);
     let watched = watched_fn(&set);
     let text = if args.json {
         let snap = json::snapshot(&frame, &gpus, &watched, now_unix());
@@ -365,12 +360,34 @@ fn open_new(path: &Path, force: bool) -> Result<std::fs::File> {
     })
 }
 
-/// Until the dashboard lands: the snapshot table, redrawn on every frame.
-fn top(g: &GlobalArgs, config: &Config) -> Result<u8> {
+/// The dashboard on a terminal; elsewhere (a pipe, a file) the snapshot table on every frame.
+fn dashboard(g: &GlobalArgs, config: &Config) -> Result<u8> {
+    if !(std::io::stdout().is_terminal() && std::io::stdin().is_terminal()) {
+        return live_table(g, config);
+    }
+    // The dashboard opens at once; the first frame arrives when the source answers.
+    let sampler = start(g, config, None, None)?;
+    let watch = watch_set(config, &sampler.info());
+    let options = crate::tui::TuiOptions {
+        color: match config.display.color {
+            ColorChoice::Always => true,
+            ColorChoice::Never => false,
+            ColorChoice::Auto => true,
+        },
+        read_only: g.read_only,
+        history_window: config.history.window,
+    };
+    crate::tui::run(&sampler, watch, &options)
+        .map_err(|e| Failure::runtime(format!("the dashboard failed: {e}")))?;
+    Ok(0)
+}
+
+/// The snapshot table, redrawn on every frame, for output that is not a terminal.
+fn live_table(g: &GlobalArgs, config: &Config) -> Result<u8> {
     let rt = runtime()?;
     let sampler = start(g, config, None, None)?;
     let first = first_frame(&rt, &sampler, config)?;
-    let set = watch_set(config, &first);
+    let set = watch_set(config, &first.source);
     let watched = watched_fn(&set);
     let tty = std::io::stdout().is_terminal();
     let mut rx = sampler.frames();

@@ -54,6 +54,9 @@ pub struct GlobalArgs {
     /// Never colour the output (same as --color never; the `NO_COLOR` variable does the same).
     #[arg(long, global = true, conflicts_with = "color")]
     pub no_color: bool,
+    /// Disable every action that changes something (signalling processes from the dashboard).
+    #[arg(long, global = true)]
+    pub read_only: bool,
     /// Processes that are "mine": `pid:N` (with descendants), `user:NAME`, `cmd:REGEX`.
     /// Repeatable. Default: the invoking user's processes.
     #[arg(long = "watch", global = true, value_name = "SPEC")]
@@ -62,6 +65,8 @@ pub struct GlobalArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// The dashboard (the default): GPUs, processes, history charts, process detail.
+    Tui,
     /// Every GPU and every process holding memory on it, once.
     Snapshot(SnapshotArgs),
     /// Print the best GPU(s) for a new job: most free memory, then least utilisation.

@@ -11,6 +11,7 @@ pub mod pick;
 pub mod record;
 pub mod sampler;
 pub mod source;
+pub mod tui;
 pub mod watch;
 
 /// This machine's host name (empty when unknown).

@@ -1,0 +1,166 @@
+//! The dashboard (`gpuwatch`, `gpuwatch tui`): a ratatui front end over the sampler's frames.
+//!
+//! The loop is one `tokio::select!` over input, frames, signals and a slow clock tick, then one
+//! draw — only when something changed. Input is read on its own thread, frames come from the
+//! sampler's threads, so the UI answers keys even while an NVML call hangs.
+
+pub mod keymap;
+pub mod state;
+pub mod terminal;
+pub mod theme;
+pub mod view;
+
+use std::io::Stdout;
+use std::time::{Duration, Instant, SystemTime};
+
+use crossterm::event::{Event, KeyEventKind, MouseButton, MouseEventKind};
+use ratatui::Terminal;
+use ratatui::backend::CrosstermBackend;
+use tokio::signal::unix::{SignalKind, signal};
+
+use crate::sampler::Sampler;
+use crate::signal::Sig;
+use crate::source::procdetail;
+use crate::watch::WatchSet;
+use state::{Command, Effect, UiState};
+use theme::Theme;
+use view::Context;
+
+/// How the dashboard runs.
+#[derive(Debug, Clone)]
+pub struct TuiOptions {
+    pub color: bool,
+    pub read_only: bool,
+    pub history_window: Duration,
+}
+
+/// Maps a terminal event to a command.
+pub fn command_for(event: &Event, state: &UiState) -> Option<Command> {
+    match event {
+        Event::Key(k) if k.kind != KeyEventKind::Release => keymap::lookup(*k, state.mode()),
+        Event::Mouse(m) => match m.kind {
+            MouseEventKind::Down(MouseButton::Left) => Some(Command::Click(m.column, m.row)),
+            MouseEventKind::ScrollUp => Some(Command::ScrollUp),
+            MouseEventKind::ScrollDown => Some(Command::ScrollDown),
+            _ => None,
+        },
+        Event::Resize(w, h) => Some(Command::Resize(*w, *h)),
+        _ => None,
+    }
+}
+
+/// Carries out an effect; what it yields goes back into the state.
+pub fn perform(state: &mut UiState, effect: Effect) {
+    match effect {
+        Effect::None | Effect::Quit => {}
+        Effect::LoadDetail(pid) => state.detail_loaded(procdetail::read_detail(pid)),
+        Effect::LoadTree(pids) => state.tree_loaded(procdetail::process_forest(&pids)),
+        Effect::Signal {
+            pid,
+            start_time,
+            sig,
+        } => {
+            let result = crate::signal::send(pid, start_time, sig).map_err(|e| e.to_string());
+            state.signal_result(sig, result);
+            if sig == Sig::Kill {
+                state.message = Some(format!("SIGKILL sent to PID {pid}"));
+            }
+        }
+    }
+}
+
+fn context(theme: Theme) -> Context {
+    Context {
+        now: SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64()),
+        mono: Instant::now(),
+        theme,
+    }
+}
+
+/// Runs the dashboard until the user quits or a terminating signal arrives. The terminal is
+/// restored on every way out, panics included.
+pub fn run(sampler: &Sampler, watch: WatchSet, options: &TuiOptions) -> std::io::Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(run_loop(sampler, watch, options))
+}
+
+async fn run_loop(sampler: &Sampler, watch: WatchSet, options: &TuiOptions) -> std::io::Result<()> {
+    let mut sigterm = signal(SignalKind::terminate())?;
+    let mut sighup = signal(SignalKind::hangup())?;
+    let mut sigint = signal(SignalKind::interrupt())?;
+    let guard = terminal::TerminalGuard::enter()?;
+    let mut term: Terminal<CrosstermBackend<Stdout>> = Terminal::new(CrosstermBackend::new(std::io::stdout()))?;
+    term.clear()?;
+    let theme = Theme::new(options.color);
+    let mut state = UiState::new(watch, options.history_window, options.read_only);
+    let size = term.size()?;
+    state.size = (size.width, size.height);
+
+    let (tx, mut input) = tokio::sync::mpsc::channel::<Event>(256);
+    std::thread::Builder::new()
+        .name("gpuwatch-input".into())
+        .spawn(move || {
+            while let Ok(ev) = crossterm::event::read() {
+                if tx.blocking_send(ev).is_err() {
+                    break;
+                }
+            }
+        })?;
+
+    let mut frames = sampler.frames();
+    if let Some(f) = frames.borrow_and_update().clone() {
+        state.on_frame(f);
+    }
+    let mut source_open = true;
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut dirty = true;
+    loop {
+        if dirty {
+            let ctx = context(theme);
+            term.draw(|f| view::render(f, &state, &ctx))?;
+            dirty = false;
+        }
+        let effect = tokio::select! {
+            biased;
+            ev = input.recv() => match ev {
+                Some(ev) => {
+                    dirty = true;
+                    command_for(&ev, &state).map_or(Effect::None, |c| state.update(c))
+                }
+                None => Effect::Quit,
+            },
+            _ = sigterm.recv() => Effect::Quit,
+            _ = sighup.recv() => Effect::Quit,
+            _ = sigint.recv() => Effect::Quit,
+            changed = frames.changed(), if source_open => {
+                dirty = true;
+                if changed.is_ok() {
+                    let frame = frames.borrow_and_update().clone();
+                    frame.map_or(Effect::None, |f| state.on_frame(f))
+                } else {
+                    source_open = false;
+                    state.message = Some("the source ended (end of the recording)".to_string());
+                    Effect::None
+                }
+            },
+            _ = tick.tick() => {
+                // The clock tick: sample ages, staleness, the call a hung sampler is in.
+                state.in_flight = sampler.in_flight();
+                dirty = true;
+                Effect::None
+            },
+        };
+        if effect == Effect::Quit {
+            break;
+        }
+        perform(&mut state, effect);
+    }
+    drop(term);
+    drop(guard);
+    Ok(())
+}

@@ -1,0 +1,698 @@
+//! The dashboard's state and its only writer, [`UiState::update`].
+//!
+//! Input and frames become [`Command`]s; `update` changes the state and returns an [`Effect`]
+//! for the loop to carry out (I/O: sending a signal, reading `/proc` for the detail or tree
+//! view), whose result comes back as another command. Rendering reads the state and never
+//! changes it.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::history::{History, ProcKey};
+use crate::model::{Frame, GpuSample, ProcSample};
+use crate::signal::Sig;
+use crate::source::InFlight;
+use crate::source::procdetail::{ProcDetail, TreeRow};
+use crate::watch::WatchSet;
+
+/// Columns the table can be sorted by, in the order `s` cycles through them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SortKey {
+    Memory,
+    Growth,
+    Peak,
+    Sm,
+    Cpu,
+    Rss,
+    Elapsed,
+    Pid,
+    User,
+    Gpu,
+    Command,
+}
+
+impl SortKey {
+    pub const CYCLE: [SortKey; 11] = [
+        SortKey::Memory,
+        SortKey::Growth,
+        SortKey::Peak,
+        SortKey::Sm,
+        SortKey::Cpu,
+        SortKey::Rss,
+        SortKey::Elapsed,
+        SortKey::Pid,
+        SortKey::User,
+        SortKey::Gpu,
+        SortKey::Command,
+    ];
+
+    /// Numbers sort largest first by default; names A→Z.
+    pub fn descending_by_default(self) -> bool {
+        !matches!(
+            self,
+            SortKey::Pid | SortKey::User | SortKey::Gpu | SortKey::Command
+        )
+    }
+}
+
+/// Which bindings are live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Table,
+    Filter,
+    Detail,
+    Chart,
+    Dialog,
+}
+
+/// Everything input, frames and effect results can ask of the state.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Command {
+    Quit,
+    ToggleHelp,
+    Back,
+    Up,
+    Down,
+    PageUp,
+    PageDown,
+    Home,
+    End,
+    SortNext,
+    SortReverse,
+    SortBy(SortKey),
+    FilterStart,
+    FilterInput(char),
+    FilterBackspace,
+    FilterAccept,
+    FilterCancel,
+    CycleGpu,
+    OpenDetail,
+    ToggleTree,
+    OpenChart,
+    ToggleWatchPid,
+    ToggleWatchUser,
+    Kill,
+    Confirm,
+    ConfirmKill,
+    TogglePause,
+    ZoomIn,
+    ZoomOut,
+    ScrollUp,
+    ScrollDown,
+    /// A mouse click at (column, row) of the terminal.
+    Click(u16, u16),
+    Resize(u16, u16),
+}
+
+/// Work for the loop: I/O the pure state cannot do.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Effect {
+    None,
+    Quit,
+    Signal {
+        pid: u32,
+        start_time: Option<u64>,
+        sig: Sig,
+    },
+    LoadDetail(u32),
+    LoadTree(Vec<u32>),
+}
+
+/// The main view's body.
+#[derive(Debug, Clone, PartialEq)]
+pub enum View {
+    Table,
+    Tree,
+    Detail(ProcKey),
+    Chart { gpu: String },
+}
+
+/// The kill confirmation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KillPrompt {
+    pub pid: u32,
+    pub start_time: Option<u64>,
+    /// How the process was shown: "bob: python eval.py … (62.0GiB on GPU 3)".
+    pub label: String,
+    pub stage: KillStage,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum KillStage {
+    Confirm,
+    /// SIGTERM went out; SIGKILL can follow.
+    TermSent,
+    Done(String),
+    Failed(String),
+}
+
+/// Growth and peak of a process, derived when a frame arrives (not while rendering).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Derived {
+    /// Bytes per second over the growth window.
+    pub growth: Option<f64>,
+    /// Largest memory seen since the process appeared.
+    pub peak: Option<u64>,
+}
+
+/// One row of the process table: indices into the shown frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RowRef {
+    pub gpu: usize,
+    pub proc: usize,
+}
+
+/// Chart spans `+`/`-` step through.
+pub const CHART_SPANS: [Duration; 6] = [
+    Duration::from_secs(30),
+    Duration::from_secs(60),
+    Duration::from_secs(120),
+    Duration::from_secs(300),
+    Duration::from_secs(600),
+    Duration::from_secs(3600),
+];
+
+/// How far back process growth is measured.
+pub const GROWTH_WINDOW: Duration = Duration::from_secs(60);
+
+/// The whole UI state.
+pub struct UiState {
+    /// Latest frame received.
+    pub latest: Option<Arc<Frame>>,
+    /// Frame on screen (the latest unless paused).
+    pub shown: Option<Arc<Frame>>,
+    pub paused: bool,
+    pub history: History,
+    pub derived: HashMap<ProcKey, Derived>,
+    pub view: View,
+    pub help: bool,
+    pub sort: SortKey,
+    pub descending: bool,
+    pub filter: String,
+    pub filter_editing: bool,
+    /// Show one GPU (NVML index) or all.
+    pub gpu_filter: Option<u32>,
+    /// Rows of the table, sorted and filtered.
+    pub rows: Vec<RowRef>,
+    /// Index into `rows`.
+    pub selected: usize,
+    /// Identity of the selected row, so it survives new frames and re-sorting.
+    pub selected_key: Option<(String, u32)>,
+    /// First visible row.
+    pub offset: usize,
+    pub watch: WatchSet,
+    pub extra_pids: BTreeSet<u32>,
+    pub extra_users: BTreeSet<String>,
+    pub read_only: bool,
+    pub kill: Option<KillPrompt>,
+    pub detail: Option<ProcDetail>,
+    pub tree: Vec<TreeRow>,
+    tree_loaded: Option<Instant>,
+    pub chart_span: usize,
+    pub message: Option<String>,
+    /// Terminal size, for paging and mouse hits.
+    pub size: (u16, u16),
+    /// The call the sampler is stuck in, refreshed on each tick.
+    pub in_flight: Option<InFlight>,
+    pub quit: bool,
+}
+
+impl UiState {
+    pub fn new(watch: WatchSet, history_window: Duration, read_only: bool) -> Self {
+        Self {
+            latest: None,
+            shown: None,
+            paused: false,
+            history: History::new(history_window),
+            derived: HashMap::new(),
+            view: View::Table,
+            help: false,
+            sort: SortKey::Memory,
+            descending: true,
+            filter: String::new(),
+            filter_editing: false,
+            gpu_filter: None,
+            rows: Vec::new(),
+            selected: 0,
+            selected_key: None,
+            offset: 0,
+            watch,
+            extra_pids: BTreeSet::new(),
+            extra_users: BTreeSet::new(),
+            read_only,
+            kill: None,
+            detail: None,
+            tree: Vec::new(),
+            tree_loaded: None,
+            chart_span: 3,
+            message: None,
+            size: (80, 24),
+            in_flight: None,
+            quit: false,
+        }
+    }
+
+    /// Which bindings are live now.
+    pub fn mode(&self) -> Mode {
+        if self.filter_editing {
+            Mode::Filter
+        } else if self.kill.is_some() {
+            Mode::Dialog
+        } else {
+            match self.view {
+                View::Table | View::Tree => Mode::Table,
+                View::Detail(_) => Mode::Detail,
+                View::Chart { .. } => Mode::Chart,
+            }
+        }
+    }
+
+    /// Whether a process is "mine": the configured watch set or one marked with `w`/`W`.
+    pub fn is_watched(&self, p: &ProcSample) -> bool {
+        self.extra_pids.contains(&p.pid)
+            || p.host
+                .user
+                .as_ref()
+                .is_some_and(|u| self.extra_users.contains(u))
+            || self
+                .watch
+                .matches(&p.host, p.pid, &crate::source::procinfo::read_ppid)
+    }
+
+    /// GPUs on screen (all, or the one `g` chose).
+    pub fn visible_gpus(&self) -> Vec<&GpuSample> {
+        self.shown.as_ref().map_or_else(Vec::new, |f| {
+            f.sample
+                .gpus
+                .iter()
+                .filter(|g| self.gpu_filter.is_none_or(|i| g.index == i))
+                .collect()
+        })
+    }
+
+    /// The row under the cursor.
+    pub fn selected_row(&self) -> Option<(&GpuSample, &ProcSample)> {
+        let frame = self.shown.as_ref()?;
+        let r = self.rows.get(self.selected)?;
+        let g = frame.sample.gpus.get(r.gpu)?;
+        Some((g, g.processes.get(r.proc)?))
+    }
+
+    /// A new frame from the sampler.
+    pub fn on_frame(&mut self, frame: Arc<Frame>) -> Effect {
+        if self
+            .latest
+            .as_ref()
+            .is_some_and(|f| f.seq == frame.seq && Arc::ptr_eq(&f.source, &frame.source))
+        {
+            return Effect::None;
+        }
+        self.history.push(&frame.sample);
+        self.derive(&frame);
+        self.latest = Some(Arc::clone(&frame));
+        if self.paused {
+            return Effect::None;
+        }
+        self.shown = Some(frame);
+        self.rebuild_rows();
+        // The tree follows new processes, at most once a second.
+        if self.view == View::Tree && self.tree_loaded.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
+            return self.load_tree();
+        }
+        Effect::None
+    }
+
+    fn derive(&mut self, frame: &Frame) {
+        let mut derived = HashMap::with_capacity(self.derived.len());
+        for g in &frame.sample.gpus {
+            for p in &g.processes {
+                let key = History::key_of(&g.uuid, p);
+                let d = self.history.process(&key).map_or_else(Derived::default, |h| Derived {
+                    growth: h.growth_bytes_per_s(GROWTH_WINDOW),
+                    peak: h.peak_used.map(|(bytes, _)| bytes),
+                });
+                derived.insert(key, d);
+            }
+        }
+        self.derived = derived;
+    }
+
+    /// Growth and peak of a process on a GPU.
+    pub fn derived_of(&self, g: &GpuSample, p: &ProcSample) -> Derived {
+        self.derived
+            .get(&History::key_of(&g.uuid, p))
+            .copied()
+            .unwrap_or_default()
+    }
+
+    /// Recomputes the visible rows: filter, GPU choice, sort; keeps the selection on the same
+    /// process when it is still there.
+    pub fn rebuild_rows(&mut self) {
+        let Some(frame) = self.shown.clone() else {
+            self.rows.clear();
+            return;
+        };
+        let needle = self.filter.to_lowercase();
+        let mut rows: Vec<RowRef> = Vec::new();
+        for (gi, g) in frame.sample.gpus.iter().enumerate() {
+            if self.gpu_filter.is_some_and(|i| g.index != i) {
+                continue;
+            }
+            for (pi, p) in g.processes.iter().enumerate() {
+                if needle.is_empty() || matches_filter(p, &needle) {
+                    rows.push(RowRef { gpu: gi, proc: pi });
+                }
+            }
+        }
+        let key = self.sort;
+        let gpus = &frame.sample.gpus;
+        let proc_of = |r: &RowRef| (&gpus[r.gpu], &gpus[r.gpu].processes[r.proc]);
+        rows.sort_by(|a, b| {
+            let (ga, pa) = proc_of(a);
+            let (gb, pb) = proc_of(b);
+            let ord = self.compare(key, (ga, pa), (gb, pb));
+            let ord = if self.descending { ord.reverse() } else { ord };
+            ord.then(ga.index.cmp(&gb.index)).then(pa.pid.cmp(&pb.pid))
+        });
+        self.rows = rows;
+        // Keep the cursor on the same process.
+        if let Some((uuid, pid)) = &self.selected_key
+            && let Some(i) = self.rows.iter().position(|r| {
+                let (g, p) = proc_of(r);
+                &g.uuid == uuid && p.pid == *pid
+            })
+        {
+            self.selected = i;
+        }
+        self.selected = self.selected.min(self.rows.len().saturating_sub(1));
+        self.remember_selection();
+        self.keep_visible();
+    }
+
+    fn compare(
+        &self,
+        key: SortKey,
+        (ga, pa): (&GpuSample, &ProcSample),
+        (gb, pb): (&GpuSample, &ProcSample),
+    ) -> std::cmp::Ordering {
+        use std::cmp::Ordering;
+        // Unavailable sorts below any value.
+        fn opt<T: PartialOrd>(a: Option<T>, b: Option<T>) -> Ordering {
+            match (a, b) {
+                (Some(a), Some(b)) => a.partial_cmp(&b).unwrap_or(Ordering::Equal),
+                (Some(_), None) => Ordering::Greater,
+                (None, Some(_)) => Ordering::Less,
+                (None, None) => Ordering::Equal,
+            }
+        }
+        match key {
+            SortKey::Memory => opt(pa.used_bytes, pb.used_bytes),
+            SortKey::Growth => opt(self.derived_of(ga, pa).growth, self.derived_of(gb, pb).growth),
+            SortKey::Peak => opt(self.derived_of(ga, pa).peak, self.derived_of(gb, pb).peak),
+            SortKey::Sm => opt(pa.sm_percent, pb.sm_percent),
+            SortKey::Cpu => opt(pa.host.cpu_percent, pb.host.cpu_percent),
+            SortKey::Rss => opt(pa.host.rss_bytes, pb.host.rss_bytes),
+            // Longest running first: an earlier start is "more elapsed".
+            SortKey::Elapsed => opt(pb.host.start_time, pa.host.start_time),
+            SortKey::Pid => pa.pid.cmp(&pb.pid),
+            SortKey::User => opt(pa.host.user.as_deref(), pb.host.user.as_deref()),
+            SortKey::Gpu => ga.index.cmp(&gb.index),
+            SortKey::Command => opt(pa.host.command.as_deref(), pb.host.command.as_deref()),
+        }
+    }
+
+    fn remember_selection(&mut self) {
+        self.selected_key = self
+            .selected_row()
+            .map(|(g, p)| (g.uuid.clone(), p.pid));
+    }
+
+    /// Rows the table can show at the current size.
+    pub fn page_rows(&self) -> usize {
+        super::view::table_rows(self).max(1)
+    }
+
+    fn keep_visible(&mut self) {
+        let page = self.page_rows();
+        if self.selected < self.offset {
+            self.offset = self.selected;
+        } else if self.selected >= self.offset + page {
+            self.offset = self.selected + 1 - page;
+        }
+        let max_offset = self.rows.len().saturating_sub(page);
+        self.offset = self.offset.min(max_offset);
+    }
+
+    fn select(&mut self, index: usize) {
+        self.selected = index.min(self.rows.len().saturating_sub(1));
+        self.remember_selection();
+        self.keep_visible();
+    }
+
+    fn load_tree(&mut self) -> Effect {
+        self.tree_loaded = Some(Instant::now());
+        let mut pids: Vec<u32> = self
+            .rows
+            .iter()
+            .filter_map(|r| {
+                let f = self.shown.as_ref()?;
+                Some(f.sample.gpus.get(r.gpu)?.processes.get(r.proc)?.pid)
+            })
+            .collect();
+        pids.sort_unstable();
+        pids.dedup();
+        Effect::LoadTree(pids)
+    }
+
+    /// Results of effects.
+    pub fn detail_loaded(&mut self, detail: ProcDetail) {
+        self.detail = Some(detail);
+    }
+
+    pub fn tree_loaded(&mut self, rows: Vec<TreeRow>) {
+        self.tree = rows;
+    }
+
+    pub fn signal_result(&mut self, sig: Sig, result: Result<(), String>) {
+        let Some(k) = self.kill.as_mut() else { return };
+        k.stage = match (sig, result) {
+            (Sig::Term, Ok(())) => KillStage::TermSent,
+            (Sig::Kill, Ok(())) => KillStage::Done(format!("SIGKILL sent to PID {}", k.pid)),
+            (_, Err(e)) => KillStage::Failed(e),
+        };
+    }
+
+    /// The only writer of UI state for input.
+    pub fn update(&mut self, cmd: Command) -> Effect {
+        self.message = None;
+        match cmd {
+            Command::Quit => {
+                self.quit = true;
+                return Effect::Quit;
+            }
+            Command::ToggleHelp => self.help = !self.help,
+            Command::Back => self.back(),
+            Command::Up => self.select(self.selected.saturating_sub(1)),
+            Command::Down => self.select(self.selected + 1),
+            Command::PageUp => self.select(self.selected.saturating_sub(self.page_rows())),
+            Command::PageDown => self.select(self.selected + self.page_rows()),
+            Command::Home => self.select(0),
+            Command::End => self.select(self.rows.len().saturating_sub(1)),
+            Command::ScrollUp => self.select(self.selected.saturating_sub(3)),
+            Command::ScrollDown => self.select(self.selected + 3),
+            Command::SortNext => {
+                let i = SortKey::CYCLE.iter().position(|k| *k == self.sort).unwrap_or(0);
+                self.set_sort(SortKey::CYCLE[(i + 1) % SortKey::CYCLE.len()]);
+            }
+            Command::SortReverse => {
+                self.descending = !self.descending;
+                self.rebuild_rows();
+            }
+            Command::SortBy(key) => self.set_sort(key),
+            Command::FilterStart => self.filter_editing = true,
+            Command::FilterInput(c) => {
+                self.filter.push(c);
+                self.rebuild_rows();
+            }
+            Command::FilterBackspace => {
+                self.filter.pop();
+                self.rebuild_rows();
+            }
+            Command::FilterAccept => self.filter_editing = false,
+            Command::FilterCancel => {
+                self.filter_editing = false;
+                self.filter.clear();
+                self.rebuild_rows();
+            }
+            Command::CycleGpu => self.cycle_gpu(),
+            Command::OpenDetail => {
+                if let Some((g, p)) = self.selected_row() {
+                    let pid = p.pid;
+                    self.view = View::Detail(History::key_of(&g.uuid, p));
+                    self.detail = None;
+                    return Effect::LoadDetail(pid);
+                }
+            }
+            Command::ToggleTree => {
+                if self.view == View::Tree {
+                    self.view = View::Table;
+                } else {
+                    self.view = View::Tree;
+                    return self.load_tree();
+                }
+            }
+            Command::OpenChart => {
+                let gpu = self
+                    .selected_row()
+                    .map(|(g, _)| g.uuid.clone())
+                    .or_else(|| self.visible_gpus().first().map(|g| g.uuid.clone()));
+                if let Some(gpu) = gpu {
+                    self.view = View::Chart { gpu };
+                }
+            }
+            Command::ZoomIn => self.chart_span = self.chart_span.saturating_sub(1),
+            Command::ZoomOut => self.chart_span = (self.chart_span + 1).min(CHART_SPANS.len() - 1),
+            Command::ToggleWatchPid => {
+                if let Some((_, p)) = self.selected_row() {
+                    let pid = p.pid;
+                    if !self.extra_pids.remove(&pid) {
+                        self.extra_pids.insert(pid);
+                    }
+                    self.message = Some(format!("PID {pid} {}", if self.extra_pids.contains(&pid) { "watched" } else { "no longer watched" }));
+                }
+            }
+            Command::ToggleWatchUser => {
+                if let Some(user) = self.selected_row().and_then(|(_, p)| p.host.user.clone()) {
+                    let watched = if self.extra_users.remove(&user) {
+                        false
+                    } else {
+                        self.extra_users.insert(user.clone());
+                        true
+                    };
+                    self.message = Some(format!("user {user} {}", if watched { "watched" } else { "no longer watched" }));
+                }
+            }
+            Command::Kill => self.open_kill(),
+            Command::Confirm => return self.confirm(Sig::Term),
+            Command::ConfirmKill => return self.confirm(Sig::Kill),
+            Command::TogglePause => {
+                self.paused = !self.paused;
+                if !self.paused {
+                    self.shown.clone_from(&self.latest);
+                    self.rebuild_rows();
+                }
+            }
+            Command::Click(x, y) => self.click(x, y),
+            Command::Resize(w, h) => {
+                self.size = (w, h);
+                self.keep_visible();
+            }
+        }
+        Effect::None
+    }
+
+    fn set_sort(&mut self, key: SortKey) {
+        if self.sort == key {
+            self.descending = !self.descending;
+        } else {
+            self.sort = key;
+            self.descending = key.descending_by_default();
+        }
+        self.rebuild_rows();
+    }
+
+    fn cycle_gpu(&mut self) {
+        let indices: Vec<u32> = self
+            .shown
+            .as_ref()
+            .map(|f| f.sample.gpus.iter().map(|g| g.index).collect())
+            .unwrap_or_default();
+        self.gpu_filter = match self.gpu_filter {
+            None => indices.first().copied(),
+            Some(i) => indices.iter().copied().find(|&j| j > i),
+        };
+        self.offset = 0;
+        self.rebuild_rows();
+    }
+
+    fn back(&mut self) {
+        if self.help {
+            self.help = false;
+        } else if self.kill.is_some() {
+            self.kill = None;
+        } else if self.view != View::Table {
+            self.view = View::Table;
+            self.detail = None;
+        } else if !self.filter.is_empty() {
+            self.filter.clear();
+            self.rebuild_rows();
+        } else if self.gpu_filter.is_some() {
+            self.gpu_filter = None;
+            self.rebuild_rows();
+        }
+    }
+
+    fn open_kill(&mut self) {
+        if self.read_only {
+            self.message = Some("read-only: signals are disabled (--read-only)".to_string());
+            return;
+        }
+        let Some((g, p)) = self.selected_row() else {
+            return;
+        };
+        let who = p.host.user.clone().unwrap_or_else(|| "?".to_string());
+        let what = p
+            .host
+            .command
+            .clone()
+            .or_else(|| p.host.name.clone())
+            .unwrap_or_else(|| "(not visible here)".to_string());
+        let mem = p
+            .used_bytes
+            .map_or_else(|| "n/a".to_string(), crate::output::fmt_bytes);
+        self.kill = Some(KillPrompt {
+            pid: p.pid,
+            start_time: p.host.start_time,
+            label: format!("{who}: {what} ({mem} on GPU {})", g.index),
+            stage: KillStage::Confirm,
+        });
+    }
+
+    fn confirm(&mut self, sig: Sig) -> Effect {
+        let Some(k) = &self.kill else {
+            return Effect::None;
+        };
+        let allowed = match sig {
+            Sig::Term => k.stage == KillStage::Confirm,
+            Sig::Kill => k.stage == KillStage::TermSent,
+        };
+        if !allowed {
+            return Effect::None;
+        }
+        Effect::Signal {
+            pid: k.pid,
+            start_time: k.start_time,
+            sig,
+        }
+    }
+
+    fn click(&mut self, x: u16, y: u16) {
+        let area = super::view::table_body(self);
+        if x >= area.x && x < area.x + area.width && y >= area.y && y < area.y + area.height {
+            let index = self.offset + usize::from(y - area.y);
+            if index < self.rows.len() {
+                self.select(index);
+            }
+        }
+    }
+}
+
+fn matches_filter(p: &ProcSample, needle: &str) -> bool {
+    let h = &p.host;
+    p.pid.to_string().contains(needle)
+        || [&h.user, &h.command, &h.name, &h.container]
+            .iter()
+            .filter_map(|v| v.as_deref())
+            .any(|v| v.to_lowercase().contains(needle))
+}

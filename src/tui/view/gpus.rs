@@ -1,0 +1,324 @@
+//! One panel per GPU: the memory bar split mine / external / unattributed / free, utilisation
+//! and memory-bandwidth sparklines from history, temperature against the slowdown threshold,
+//! power, clocks, PCIe. One line per GPU when space is short.
+
+use ratatui::Frame;
+use ratatui::layout::Rect;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::Paragraph;
+
+use super::{Context, GpuGrid, cut};
+use crate::model::GpuSample;
+use crate::output::{fmt_bytes, fmt_rate};
+use crate::tui::state::UiState;
+use crate::tui::theme::Theme;
+
+/// Memory of a GPU split by whose it is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Split {
+    pub mine: u64,
+    pub external: u64,
+    pub unattributed: u64,
+    pub free: u64,
+    pub total: u64,
+}
+
+/// The split of a GPU's memory; `None` when memory is unknown. Processes whose memory is
+/// unavailable count in neither share (their memory shows as unattributed).
+pub fn split(state: &UiState, g: &GpuSample) -> Option<Split> {
+    let m = g.memory?;
+    let mut mine = 0u64;
+    let mut external = 0u64;
+    for p in &g.processes {
+        let Some(b) = p.used_bytes else { continue };
+        if state.is_watched(p) {
+            mine += b;
+        } else {
+            external += b;
+        }
+    }
+    let attributed = mine + external;
+    Some(Split {
+        mine,
+        external,
+        unattributed: m.used.saturating_sub(attributed),
+        free: m.total.saturating_sub(m.used),
+        total: m.total,
+    })
+}
+
+/// The bar: `█` mine, `▓` external, `▒` unattributed, `░` free (the shapes carry the meaning
+/// without colour).
+fn bar(s: &Split, width: usize, t: Theme) -> Vec<Span<'static>> {
+    if width == 0 || s.total == 0 {
+        return Vec::new();
+    }
+    let cells = |b: u64| ((b as f64 / s.total as f64) * width as f64).round() as usize;
+    let mine = cells(s.mine);
+    let ext = cells(s.external).min(width - mine.min(width));
+    let unat = cells(s.unattributed).min(width - (mine + ext).min(width));
+    let free = width.saturating_sub(mine + ext + unat);
+    vec![
+        Span::styled("█".repeat(mine), t.mine()),
+        Span::styled("▓".repeat(ext), t.external()),
+        Span::styled("▒".repeat(unat), t.unattributed()),
+        Span::styled("░".repeat(free), t.free()),
+    ]
+}
+
+/// A sparkline of the last `width` values (0–100).
+fn sparkline(values: &[f32], width: usize) -> String {
+    const BARS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+    let start = values.len().saturating_sub(width);
+    let mut s: String = values[start..]
+        .iter()
+        .map(|v| BARS[((v.clamp(0.0, 100.0) / 100.0) * 7.0).round() as usize])
+        .collect();
+    let len = s.chars().count();
+    if len < width {
+        s = " ".repeat(width - len) + &s;
+    }
+    s
+}
+
+/// Growth as the process table shows it: MiB per minute, signed.
+pub fn fmt_growth(bytes_per_s: Option<f64>) -> String {
+    match bytes_per_s {
+        None => "-".to_string(),
+        Some(v) => {
+            let mib_min = v * 60.0 / (1024.0 * 1024.0);
+            if mib_min.abs() < 0.5 {
+                "0".to_string()
+            } else {
+                format!("{mib_min:+.0}")
+            }
+        }
+    }
+}
+
+pub fn render(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Context, grid: GpuGrid) {
+    if area.height == 0 {
+        return;
+    }
+    let gpus = state.visible_gpus();
+    if gpus.is_empty() {
+        return;
+    }
+    let per_column = gpus.len().div_ceil(usize::from(grid.columns));
+    let col_width = area.width / grid.columns;
+    for (i, g) in gpus.iter().enumerate() {
+        let col = (i / per_column) as u16;
+        let row = (i % per_column) as u16;
+        let r = Rect::new(
+            area.x + col * col_width,
+            area.y + row * grid.lines,
+            col_width.saturating_sub(if grid.columns > 1 { 1 } else { 0 }),
+            grid.lines,
+        );
+        if r.y + r.height > area.y + area.height {
+            break;
+        }
+        let lines = if grid.lines >= 3 {
+            panel(state, ctx, g, usize::from(r.width))
+        } else {
+            vec![compact(state, ctx, g, usize::from(r.width))]
+        };
+        f.render_widget(Paragraph::new(lines), r);
+    }
+}
+
+fn title(g: &GpuSample) -> String {
+    let name = g
+        .name
+        .as_deref()
+        .map_or("n/a", |n| n.strip_prefix("NVIDIA ").unwrap_or(n));
+    format!("GPU {} {name}", g.index)
+}
+
+fn memory_text(g: &GpuSample) -> String {
+    g.memory.map_or_else(
+        || "memory n/a".to_string(),
+        |m| {
+            format!(
+                "{}/{} {:.0}%",
+                fmt_bytes(m.used),
+                fmt_bytes(m.total),
+                if m.total > 0 { m.used as f64 * 100.0 / m.total as f64 } else { 0.0 }
+            )
+        },
+    )
+}
+
+fn lost_line(g: &GpuSample, t: Theme) -> Line<'static> {
+    Line::from(vec![
+        Span::styled(title(g), t.title()),
+        Span::styled("  LOST: fell off the bus or being reset", t.bad()),
+    ])
+}
+
+fn used_style(g: &GpuSample, t: Theme) -> ratatui::style::Style {
+    g.used_ratio().map_or(t.dim(), |r| t.level(r, 0.80, 0.90))
+}
+
+fn temp_span(g: &GpuSample, t: Theme) -> Span<'static> {
+    match (g.temperature_c, g.temp_slowdown_c) {
+        (Some(c), Some(s)) => Span::styled(
+            format!("{c}°C/{s}"),
+            t.level(f64::from(c), f64::from(s.saturating_sub(10)), f64::from(s.saturating_sub(3))),
+        ),
+        (Some(c), None) => Span::raw(format!("{c}°C")),
+        (None, _) => Span::styled("temp n/a", t.dim()),
+    }
+}
+
+fn power_text(g: &GpuSample) -> String {
+    match (g.power_watts, g.power_limit_watts) {
+        (Some(w), Some(l)) => format!("{w:.0}/{l:.0}W"),
+        (Some(w), None) => format!("{w:.0}W"),
+        (None, _) => "power n/a".to_string(),
+    }
+}
+
+/// Three lines: bar, sparklines, sensors.
+fn panel(state: &UiState, ctx: &Context, g: &GpuSample, width: usize) -> Vec<Line<'static>> {
+    let t = ctx.theme;
+    if g.lost {
+        return vec![lost_line(g, t)];
+    }
+    let head = title(g);
+    let mem = memory_text(g);
+    let bar_width = width.saturating_sub(head.chars().count() + mem.chars().count() + 6).min(60);
+    let mut line1 = vec![Span::styled(head, t.title()), Span::raw(" ▕")];
+    if let Some(s) = split(state, g) {
+        line1.extend(bar(&s, bar_width, t));
+    } else {
+        line1.push(Span::styled(" ".repeat(bar_width), t.dim()));
+    }
+    line1.push(Span::raw("▏ "));
+    line1.push(Span::styled(mem, used_style(g, t)));
+
+    let hist = state.history.gpu(&g.uuid);
+    let util: Vec<f32> = hist.map_or_else(Vec::new, |h| h.points().iter().filter_map(|p| p.util).collect());
+    let mem_util: Vec<f32> = hist.map_or_else(Vec::new, |h| h.points().iter().filter_map(|p| p.mem_util).collect());
+    let spark_w = (width.saturating_sub(30) / 2).clamp(4, 40);
+    let pct = |v: Option<f32>| v.map_or_else(|| "n/a".to_string(), |v| format!("{v:.0}%"));
+    let line2 = Line::from(vec![
+        Span::styled("  util ", t.dim()),
+        Span::styled(sparkline(&util, spark_w), t.ok()),
+        Span::raw(format!(" {:>4}", pct(g.util_gpu))),
+        Span::styled("  mem-bw ", t.dim()),
+        Span::styled(sparkline(&mem_util, spark_w), t.chart(4)),
+        Span::raw(format!(" {:>4}", pct(g.util_mem))),
+    ]);
+
+    let mut line3 = vec![Span::raw("  "), temp_span(g, t), Span::raw(format!("  {}", power_text(g)))];
+    if let Some(c) = g.sm_clock_mhz {
+        line3.push(Span::raw(format!("  {c}MHz")));
+    }
+    if let (Some(rx), Some(tx)) = (g.slow.pcie_rx_bytes_per_s, g.slow.pcie_tx_bytes_per_s) {
+        line3.push(Span::raw(format!("  PCIe ↓{} ↑{}", fmt_rate(rx), fmt_rate(tx))));
+    }
+    if let Some(s) = split(state, g) {
+        line3.push(Span::raw("  "));
+        line3.push(Span::styled(format!("mine {}", fmt_bytes(s.mine)), t.mine()));
+        line3.push(Span::styled(format!(" ext {}", fmt_bytes(s.external)), t.external()));
+        if s.unattributed >= 1 << 20 {
+            line3.push(Span::styled(format!(" unattr {}", fmt_bytes(s.unattributed)), t.unattributed()));
+        }
+    }
+    if let Some(ttf) = hist.and_then(|h| h.time_to_full(crate::tui::state::GROWTH_WINDOW)) {
+        line3.push(Span::styled(format!("  full in {}", fmt_minutes(ttf)), t.bad()));
+    }
+    let clip = |line: Vec<Span<'static>>| clip_line(line, width);
+    vec![clip(line1), clip(line2.spans), clip(line3)]
+}
+
+/// One line: title, bar, memory, util, temperature, power.
+fn compact(state: &UiState, ctx: &Context, g: &GpuSample, width: usize) -> Line<'static> {
+    let t = ctx.theme;
+    if g.lost {
+        return lost_line(g, t);
+    }
+    let head = title(g);
+    let mem = memory_text(g);
+    let util = g.util_gpu.map_or_else(|| "n/a".to_string(), |v| format!("{v:.0}%"));
+    let tail = format!(" util {util} ");
+    let bar_width = width
+        .saturating_sub(head.chars().count() + mem.chars().count() + tail.chars().count() + 16)
+        .clamp(4, 40);
+    let mut spans = vec![Span::styled(head, t.title()), Span::raw(" ▕")];
+    if let Some(s) = split(state, g) {
+        spans.extend(bar(&s, bar_width, t));
+    }
+    spans.push(Span::raw("▏ "));
+    spans.push(Span::styled(mem, used_style(g, t)));
+    spans.push(Span::raw(tail));
+    spans.push(temp_span(g, t));
+    spans.push(Span::raw(format!(" {}", power_text(g))));
+    Line::from(clip_line(spans, width))
+}
+
+fn fmt_minutes(d: std::time::Duration) -> String {
+    let s = d.as_secs();
+    if s >= 3600 {
+        format!("{}h{:02}m", s / 3600, (s / 60) % 60)
+    } else if s >= 60 {
+        format!("{}m", s / 60)
+    } else {
+        format!("{s}s")
+    }
+}
+
+/// Cuts a line of spans to `width` characters.
+fn clip_line(spans: Vec<Span<'static>>, width: usize) -> Vec<Span<'static>> {
+    let mut left = width;
+    let mut out = Vec::with_capacity(spans.len());
+    for s in spans {
+        if left == 0 {
+            break;
+        }
+        let n = s.content.chars().count();
+        if n <= left {
+            left -= n;
+            out.push(s);
+        } else {
+            out.push(Span::styled(cut(&s.content, left), s.style));
+            left = 0;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn growth_reads_in_mib_per_minute() {
+        assert_eq!(fmt_growth(None), "-");
+        assert_eq!(fmt_growth(Some(0.0)), "0");
+        assert_eq!(fmt_growth(Some(1024.0 * 1024.0)), "+60");
+        assert_eq!(fmt_growth(Some(-2.0 * 1024.0 * 1024.0 / 60.0)), "-2");
+    }
+
+    #[test]
+    fn sparkline_pads_and_scales() {
+        assert_eq!(sparkline(&[0.0, 100.0], 4), "  ▁█");
+        assert_eq!(sparkline(&[50.0; 10], 3).chars().count(), 3);
+    }
+
+    #[test]
+    fn bar_cells_add_up_to_the_width() {
+        let s = Split {
+            mine: 30,
+            external: 30,
+            unattributed: 10,
+            free: 30,
+            total: 100,
+        };
+        let spans = bar(&s, 20, Theme::new(false));
+        let n: usize = spans.iter().map(|s| s.content.chars().count()).sum();
+        assert_eq!(n, 20);
+        assert_eq!(spans[0].content.chars().count(), 6);
+    }
+}

@@ -1,0 +1,166 @@
+//! The header line, the findings panel and the footer.
+
+use ratatui::Frame;
+use ratatui::layout::Rect;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::Paragraph;
+
+use super::Context;
+use crate::tui::state::{SortKey, UiState};
+
+/// The header: who and what is watched, how fresh the data is.
+pub fn render(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Context) {
+    let t = ctx.theme;
+    let mut spans = vec![Span::styled("gpuwatch", t.title())];
+    let Some(frame) = state.latest.as_ref() else {
+        spans.push(Span::raw("  waiting for the first sample…"));
+        f.render_widget(Paragraph::new(Line::from(spans)), area);
+        return;
+    };
+    let info = &frame.source;
+    let mut facts = vec![info.host.clone(), info.kind.to_string()];
+    if let Some(d) = &info.driver_version {
+        facts.push(format!("driver {d}"));
+    }
+    if let Some(c) = &info.cuda_version {
+        facts.push(format!("CUDA {c}"));
+    }
+    spans.push(Span::raw(format!(" · {}", facts.join(" · "))));
+    spans.push(Span::raw(" · "));
+    if ctx.stale(frame) {
+        spans.push(Span::styled(
+            format!("STALE {:.0}s", ctx.age(frame).as_secs_f64()),
+            t.bad(),
+        ));
+    } else {
+        spans.push(Span::styled(format!("sample {:.1}s ago", ctx.age(frame).as_secs_f64()), t.dim()));
+    }
+    if state.paused {
+        spans.push(Span::raw(" · "));
+        spans.push(Span::styled("PAUSED (p)", t.warn()));
+    }
+    let n = findings(state, ctx.mono).len();
+    if n > 0 {
+        spans.push(Span::raw(" · "));
+        spans.push(Span::styled(format!("{n} finding{}", if n == 1 { "" } else { "s" }), t.warn()));
+    }
+    f.render_widget(Paragraph::new(Line::from(spans)), area);
+}
+
+/// What the findings panel lists: source health, until the detector adds its findings.
+pub fn findings(state: &UiState, mono: std::time::Instant) -> Vec<String> {
+    let mut out = Vec::new();
+    let Some(frame) = state.latest.as_ref() else {
+        return out;
+    };
+    let age = mono.saturating_duration_since(frame.published);
+    if age > frame.interval * 3 + std::time::Duration::from_secs(1) {
+        let waiting = state.in_flight.as_ref().map_or_else(String::new, |c| {
+            format!(
+                ": {}{} has not returned for {:.0}s",
+                c.call,
+                c.gpu.map(|g| format!(" on GPU {g}")).unwrap_or_default(),
+                mono.saturating_duration_since(c.since).as_secs_f64()
+            )
+        });
+        out.push(format!("source stale: no sample for {:.0}s{waiting}", age.as_secs_f64()));
+    }
+    for e in &frame.sample.errors {
+        out.push(format!("{}: {}", e.call, e.error));
+    }
+    for g in &frame.sample.gpus {
+        if g.lost {
+            out.push(format!("GPU {} lost: it fell off the bus or is being reset", g.index));
+        }
+        for e in &g.errors {
+            if g.lost && e.error == "GpuLost" {
+                continue;
+            }
+            out.push(format!("GPU {}: {} failed: {}", g.index, e.call, e.error));
+        }
+    }
+    out
+}
+
+pub fn render_findings(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Context) {
+    let t = ctx.theme;
+    let list = findings(state, ctx.mono);
+    let lines: Vec<Line> = if list.is_empty() {
+        vec![Line::from(Span::styled("✓ no findings", t.dim()))]
+    } else {
+        let more = list.len().saturating_sub(usize::from(area.height));
+        list.iter()
+            .take(usize::from(area.height))
+            .enumerate()
+            .map(|(i, s)| {
+                let mut text = format!("! {s}");
+                if more > 0 && i + 1 == usize::from(area.height) {
+                    text.push_str(&format!("  (+{more} more)"));
+                }
+                Line::from(Span::styled(super::cut(&text, usize::from(area.width)), t.warn()))
+            })
+            .collect()
+    };
+    f.render_widget(Paragraph::new(lines), area);
+}
+
+fn sort_name(key: SortKey) -> &'static str {
+    match key {
+        SortKey::Memory => "memory",
+        SortKey::Growth => "growth",
+        SortKey::Peak => "peak",
+        SortKey::Sm => "SM%",
+        SortKey::Cpu => "CPU%",
+        SortKey::Rss => "RSS",
+        SortKey::Elapsed => "elapsed",
+        SortKey::Pid => "PID",
+        SortKey::User => "user",
+        SortKey::Gpu => "GPU",
+        SortKey::Command => "command",
+    }
+}
+
+pub fn render_footer(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Context) {
+    let t = ctx.theme;
+    let line = if state.filter_editing {
+        Line::from(vec![
+            Span::styled("/", t.key()),
+            Span::raw(format!(" filter: {}▏", state.filter)),
+            Span::styled("  Enter keep · Esc clear", t.dim()),
+        ])
+    } else if let Some(m) = &state.message {
+        Line::from(Span::styled(m.clone(), t.warn()))
+    } else {
+        let mut spans = Vec::new();
+        let hint = |spans: &mut Vec<Span<'static>>, k: &'static str, what: String| {
+            spans.push(Span::styled(k, t.key()));
+            spans.push(Span::raw(format!(" {what}  ")));
+        };
+        hint(&mut spans, "q", "quit".into());
+        hint(&mut spans, "?", "help".into());
+        hint(
+            &mut spans,
+            "s",
+            format!("sort:{}{}", sort_name(state.sort), if state.descending { "↓" } else { "↑" }),
+        );
+        let filter = if state.filter.is_empty() {
+            "filter".to_string()
+        } else {
+            format!("filter:{}", state.filter)
+        };
+        hint(&mut spans, "/", filter);
+        let gpu = state
+            .gpu_filter
+            .map_or_else(|| "GPU:all".to_string(), |i| format!("GPU:{i}"));
+        hint(&mut spans, "g", gpu);
+        hint(&mut spans, "⏎", "detail".into());
+        hint(&mut spans, "t", "tree".into());
+        hint(&mut spans, "c", "chart".into());
+        if !state.read_only {
+            hint(&mut spans, "K", "kill".into());
+        }
+        hint(&mut spans, "p", if state.paused { "resume".into() } else { "pause".into() });
+        Line::from(spans)
+    };
+    f.render_widget(Paragraph::new(line), area);
+}

@@ -1,0 +1,168 @@
+//! Rendering: a pure function of the UI state (and the clock it is given). One file per panel.
+//!
+//! ```text
+//! ┌ header: host · source · driver · sample age / STALE · PAUSED · findings ────────────┐
+//! │ GPU panels: name, memory bar mine|external|unattributed|free, used/total,            │
+//! │   util and memory-bandwidth sparklines, temperature vs slowdown, power, clocks, PCIe │
+//! │   (one line per GPU when space is short; two columns on wide screens)                │
+//! │ body: process table | tree | process detail | memory chart                           │
+//! │ findings (source errors until the detector lands)                                    │
+//! └ footer: key hints, filter input, messages ──────────────────────────────────────────┘
+//! ```
+//! Overlays: help (`?`) and the kill confirmation.
+
+mod body;
+mod detail;
+mod gpus;
+mod header;
+mod overlay;
+
+use ratatui::Frame;
+use ratatui::layout::Rect;
+
+use super::state::{UiState, View};
+use super::theme::Theme;
+
+pub(crate) use gpus::fmt_growth;
+
+/// What rendering needs besides the state.
+#[derive(Debug, Clone, Copy)]
+pub struct Context {
+    /// Unix seconds "now" (elapsed times); tests pin it.
+    pub now: f64,
+    /// Monotonic "now" (how old a frame is); tests pin it.
+    pub mono: std::time::Instant,
+    pub theme: Theme,
+}
+
+impl Context {
+    /// How old a frame is at this moment.
+    pub fn age(&self, frame: &crate::model::Frame) -> std::time::Duration {
+        self.mono.saturating_duration_since(frame.published)
+    }
+
+    /// Whether a frame is stale at this moment (see `Frame::is_stale`).
+    pub fn stale(&self, frame: &crate::model::Frame) -> bool {
+        self.age(frame) > frame.interval * 3 + std::time::Duration::from_secs(1)
+    }
+}
+
+/// The screen's regions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Areas {
+    pub header: Rect,
+    pub gpus: Rect,
+    pub body: Rect,
+    pub findings: Rect,
+    pub footer: Rect,
+}
+
+/// How the GPU panels are drawn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GpuGrid {
+    pub columns: u16,
+    /// Lines per GPU: 3 (full) or 1 (compact).
+    pub lines: u16,
+}
+
+/// Lines the findings panel takes.
+fn findings_lines(state: &UiState, mono: std::time::Instant) -> u16 {
+    (header::findings(state, mono).len() as u16).clamp(1, 3)
+}
+
+/// Chooses the GPU grid for the space there is.
+pub fn gpu_grid(state: &UiState, full: Rect) -> GpuGrid {
+    let n = state.visible_gpus().len().max(1) as u16;
+    let columns = if full.width >= 160 && n >= 2 { 2 } else { 1 };
+    let per_column = n.div_ceil(columns);
+    // Panels may take up to 40 % of the screen before they shrink to one line per GPU.
+    let budget = (full.height.saturating_sub(4) * 2) / 5;
+    let lines = if per_column * 3 <= budget { 3 } else { 1 };
+    GpuGrid { columns, lines }
+}
+
+/// The layout, also used by the state for paging and mouse hits.
+pub fn areas(state: &UiState, full: Rect, mono: std::time::Instant) -> Areas {
+    let grid = gpu_grid(state, full);
+    let n = state.visible_gpus().len() as u16;
+    let gpu_height = n.div_ceil(grid.columns) * grid.lines;
+    let findings = findings_lines(state, mono);
+    let mut y = full.y;
+    let take = |y: &mut u16, h: u16| {
+        let h = h.min(full.y + full.height - *y);
+        let r = Rect::new(full.x, *y, full.width, h);
+        *y += h;
+        r
+    };
+    let header = take(&mut y, 1);
+    let gpus = take(&mut y, gpu_height);
+    let fixed_after = findings + 1;
+    let body_h = (full.y + full.height).saturating_sub(y).saturating_sub(fixed_after);
+    let body = take(&mut y, body_h);
+    let findings = take(&mut y, findings);
+    let footer = take(&mut y, 1);
+    Areas {
+        header,
+        gpus,
+        body,
+        findings,
+        footer,
+    }
+}
+
+fn full_area(state: &UiState) -> Rect {
+    Rect::new(0, 0, state.size.0, state.size.1)
+}
+
+/// Rows of processes the table shows at the current size.
+pub fn table_rows(state: &UiState) -> usize {
+    usize::from(table_body(state).height)
+}
+
+/// Where the table's process rows are drawn (below its header line, above the unattributed
+/// rows).
+pub fn table_body(state: &UiState) -> Rect {
+    let body = areas(state, full_area(state), std::time::Instant::now()).body;
+    let reserved = 1 + body::unattributed_rows(state).len() as u16;
+    Rect::new(
+        body.x,
+        body.y + 1.min(body.height),
+        body.width,
+        body.height.saturating_sub(reserved),
+    )
+}
+
+/// Draws the whole screen.
+pub fn render(f: &mut Frame<'_>, state: &UiState, ctx: &Context) {
+    let full = f.area();
+    let a = areas(state, full, ctx.mono);
+    header::render(f, a.header, state, ctx);
+    gpus::render(f, a.gpus, state, ctx, gpu_grid(state, full));
+    match &state.view {
+        View::Table => body::render_table(f, a.body, state, ctx),
+        View::Tree => body::render_tree(f, a.body, state, ctx),
+        View::Detail(key) => detail::render(f, a.body, state, ctx, key),
+        View::Chart { gpu } => detail::render_chart(f, a.body, state, ctx, gpu),
+    }
+    header::render_findings(f, a.findings, state, ctx);
+    header::render_footer(f, a.footer, state, ctx);
+    if state.kill.is_some() {
+        overlay::render_kill(f, full, state, ctx);
+    }
+    if state.help {
+        overlay::render_help(f, full, ctx);
+    }
+}
+
+/// Cuts `text` to `width` characters, marking the cut with `…`.
+pub fn cut(text: &str, width: usize) -> String {
+    if text.chars().count() <= width {
+        return text.to_string();
+    }
+    if width == 0 {
+        return String::new();
+    }
+    let mut s: String = text.chars().take(width - 1).collect();
+    s.push('…');
+    s
+}

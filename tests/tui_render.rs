@@ -1,0 +1,280 @@
+//! Whole-screen snapshots of the dashboard, rendered into ratatui's `TestBackend` from
+//! scripted frames (fixed times, fixed clocks), so they are deterministic.
+//! Review changes with `cargo insta review`.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use gpuwatch::model::Frame;
+use gpuwatch::source::GpuSource;
+use gpuwatch::source::procdetail::{ProcDetail, ProcLink, TreeRow};
+use gpuwatch::source::scripted::{DEMO_START, ScriptedSource};
+use gpuwatch::tui::state::{Command, UiState, View};
+use gpuwatch::tui::theme::Theme;
+use gpuwatch::tui::view::{Context, render};
+use gpuwatch::watch::WatchSet;
+use ratatui::Terminal;
+use ratatui::backend::TestBackend;
+use scenario::Scenario;
+
+/// 2026-11-29T12:00:00Z
+const NOW: f64 = 1_795_953_600.0;
+
+/// A state fed `steps` frames, one a second, ending at scenario time `t_end` (= `NOW`).
+fn fed(source: &ScriptedSource, me: &str, t_end: f64, steps: usize) -> (UiState, Instant) {
+    let mut st = UiState::new(
+        WatchSet::new(Vec::new(), Some(me.to_string())),
+        Duration::from_secs(600),
+        false,
+    );
+    let info = Arc::new(source.info());
+    let mut last = Instant::now();
+    for i in 0..steps {
+        let back = (steps - 1 - i) as f64;
+        last = Instant::now();
+        st.on_frame(Arc::new(Frame {
+            seq: i as u64 + 1,
+            source: Arc::clone(&info),
+            sample: source.sample_at(t_end - back, NOW - back),
+            published: last,
+            interval: Duration::from_secs(1),
+        }));
+    }
+    (st, last)
+}
+
+fn screen(st: &mut UiState, width: u16, height: u16, mono: Instant) -> String {
+    st.update(Command::Resize(width, height));
+    let ctx = Context {
+        now: NOW,
+        mono,
+        theme: Theme::new(false),
+    };
+    let mut term = Terminal::new(TestBackend::new(width, height)).expect("terminal");
+    term.draw(|f| render(f, st, &ctx)).expect("draw");
+    let buf = term.backend().buffer();
+    let mut out = String::new();
+    for y in 0..buf.area.height {
+        let mut line = String::new();
+        for x in 0..buf.area.width {
+            line.push_str(buf[(x, y)].symbol());
+        }
+        let _ = writeln!(out, "{}", line.trim_end());
+    }
+    out
+}
+
+fn demo() -> ScriptedSource {
+    ScriptedSource::demo().expect("demo")
+}
+
+fn fresh(last: Instant) -> Instant {
+    last + Duration::from_millis(300)
+}
+
+#[test]
+fn one_gpu() {
+    let sc = Scenario::parse(
+        r#"
+hostname = "box"
+[[gpu]]
+memory_total = "80GiB"
+memory_reserved = "0"
+base_used = "512MiB"
+util_gpu = { linear = [[0, 10], [60, 90]] }
+util_mem = 30
+temperature = 70
+[[gpu.process]]
+pid = 1200
+used = { linear = [[0, "10GiB"], [60, "40GiB"]] }
+sm = 80
+host = { user = "me", command = "python train.py --lr 3e-4", cpu = 250, rss = "12GiB" }
+[[gpu.process]]
+pid = 1300
+used = "8GiB"
+sm = 0
+host = { user = "bob", command = "python -m ipykernel_launcher", cpu = 0, rss = "2GiB" }
+"#,
+    )
+    .expect("valid");
+    let src = ScriptedSource::new(sc, "one");
+    let (mut st, last) = fed(&src, "me", 60.0, 61);
+    insta::assert_snapshot!(screen(&mut st, 120, 30, fresh(last)));
+}
+
+#[test]
+fn eight_gpus_wide() {
+    let mut text = String::from("hostname = \"node8\"\n");
+    for g in 0..8 {
+        let _ = write!(
+            text,
+            "[[gpu]]\nmemory_total = \"143771MiB\"\nutil_gpu = {}\n",
+            10 * g + 5
+        );
+        for p in 0..3 {
+            let _ = write!(
+                text,
+                "[[gpu.process]]\npid = {}\nused = \"{}GiB\"\nsm = {}\nhost = {{ user = \"u{p}\", command = \"python rank{g}.py\" }}\n",
+                1000 + g * 10 + p,
+                5 + p * 7 + g,
+                20 + p * 10
+            );
+        }
+    }
+    let src = ScriptedSource::new(Scenario::parse(&text).expect("valid"), "eight");
+    let (mut st, last) = fed(&src, "u0", 30.0, 5);
+    insta::assert_snapshot!(screen(&mut st, 200, 60, fresh(last)));
+}
+
+#[test]
+fn demo_at_80x24() {
+    let (mut st, last) = fed(&demo(), "alice", DEMO_START, 30);
+    let text = screen(&mut st, 80, 24, fresh(last));
+    assert!(text.lines().all(|l| l.chars().count() <= 80));
+    insta::assert_snapshot!(text);
+}
+
+#[test]
+fn filter_active() {
+    let (mut st, last) = fed(&demo(), "alice", DEMO_START, 5);
+    st.update(Command::FilterStart);
+    for c in "bob".chars() {
+        st.update(Command::FilterInput(c));
+    }
+    let text = screen(&mut st, 120, 30, fresh(last));
+    assert!(text.contains("4120"), "bob's process is listed");
+    assert!(!text.contains(" 2101 "), "alice's is filtered out");
+    insta::assert_snapshot!(text);
+}
+
+#[test]
+fn detail_view() {
+    let (mut st, last) = fed(&demo(), "alice", DEMO_START, 60);
+    // Select the leaking fine-tune (pid 2207) and open it.
+    while st.selected_row().map(|(_, p)| p.pid) != Some(2207) {
+        st.update(Command::Down);
+    }
+    assert_eq!(st.update(Command::OpenDetail), gpuwatch::tui::state::Effect::LoadDetail(2207));
+    st.detail_loaded(ProcDetail {
+        pid: 2207,
+        cwd: Some("/home/alice/llama".into()),
+        command: Some("python finetune.py --model llama-7b --lr 2e-5 --keep-graph".into()),
+        env: vec![
+            ("CUDA_VISIBLE_DEVICES".into(), "GPU-8a52d0b4-19c3-4f7d-b1e2-6c0f3a9d2b11".into()),
+            ("PYTORCH_CUDA_ALLOC_CONF".into(), "expandable_segments:True".into()),
+            ("LOCAL_RANK".into(), "0".into()),
+        ],
+        env_note: None,
+        ancestors: vec![
+            ProcLink { pid: 2188, name: "bash".into() },
+            ProcLink { pid: 2100, name: "tmux: server".into() },
+        ],
+        children: vec![ProcLink { pid: 2210, name: "pt_data_worker".into() }],
+    });
+    insta::assert_snapshot!(screen(&mut st, 120, 40, fresh(last)));
+}
+
+#[test]
+fn tree_view() {
+    let (mut st, last) = fed(&demo(), "alice", DEMO_START, 5);
+    let effect = st.update(Command::ToggleTree);
+    assert!(matches!(effect, gpuwatch::tui::state::Effect::LoadTree(_)));
+    assert_eq!(st.view, View::Tree);
+    let row = |pid, name: &str, depth, on_gpu| TreeRow {
+        pid,
+        name: name.to_string(),
+        depth,
+        on_gpu,
+    };
+    st.tree_loaded(vec![
+        row(2088, "bash", 0, false),
+        row(2101, "python", 1, true),
+        row(2102, "pt_data_worker", 2, false),
+        row(2103, "pt_data_worker", 2, false),
+        row(2301, "torchrun", 0, false),
+        row(2350, "python", 1, true),
+        row(3011, "python", 0, true),
+        row(4120, "python", 0, true),
+    ]);
+    insta::assert_snapshot!(screen(&mut st, 100, 30, fresh(last)));
+}
+
+#[test]
+fn help_overlay() {
+    let (mut st, last) = fed(&demo(), "alice", DEMO_START, 2);
+    st.update(Command::ToggleHelp);
+    let text = screen(&mut st, 100, 50, fresh(last));
+    assert!(text.contains("quit") && text.contains("sort by the next column"));
+    insta::assert_snapshot!(text);
+}
+
+#[test]
+fn stale_source() {
+    let (mut st, last) = fed(&demo(), "alice", DEMO_START, 3);
+    let text = screen(&mut st, 120, 30, last + Duration::from_secs(42));
+    assert!(text.contains("STALE 42s"), "{text}");
+    assert!(text.contains("source stale: no sample for 42s"), "{text}");
+    insta::assert_snapshot!(text);
+}
+
+#[test]
+fn unavailable_values() {
+    let sc = Scenario::parse(
+        r#"
+hostname = "odd"
+[[gpu]]
+name = "NVIDIA A100-SXM4-80GB"
+memory_total = "81920MiB"
+faults.not_supported = ["power", "temperature", "process-utilization", "utilization"]
+[[gpu.process]]
+pid = 4242
+used = "20GiB"
+used_unavailable = true
+host = { user = "dana", command = "python serve.py" }
+[[gpu.process]]
+pid = 4343
+used = "1GiB"
+host = { hidden = true }
+[[gpu]]
+memory_total = "81920MiB"
+lost_at = 0
+"#,
+    )
+    .expect("valid");
+    let src = ScriptedSource::new(sc, "faults");
+    let (mut st, last) = fed(&src, "dana", 5.0, 3);
+    let text = screen(&mut st, 120, 24, fresh(last));
+    assert!(text.contains("n/a") && text.contains("LOST"), "{text}");
+    insta::assert_snapshot!(text);
+}
+
+#[test]
+fn kill_confirmation() {
+    let (mut st, last) = fed(&demo(), "alice", DEMO_START, 3);
+    while st.selected_row().map(|(_, p)| p.pid) != Some(4120) {
+        st.update(Command::Down);
+    }
+    st.update(Command::Kill);
+    let text = screen(&mut st, 100, 30, fresh(last));
+    assert!(text.contains("Send SIGTERM?"), "{text}");
+    assert!(text.contains("bob: python eval.py"), "{text}");
+    insta::assert_snapshot!(text);
+}
+
+#[test]
+fn read_only_refuses_to_signal() {
+    let src = demo();
+    let info = Arc::new(src.info());
+    let mut st = UiState::new(WatchSet::new(Vec::new(), None), Duration::from_secs(600), true);
+    st.on_frame(Arc::new(Frame {
+        seq: 1,
+        source: info,
+        sample: src.sample_at(DEMO_START, NOW),
+        published: Instant::now(),
+        interval: Duration::from_secs(1),
+    }));
+    assert_eq!(st.update(Command::Kill), gpuwatch::tui::state::Effect::None);
+    assert!(st.kill.is_none());
+    assert!(st.message.as_deref().unwrap_or("").contains("read-only"));
+}

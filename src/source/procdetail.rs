@@ -619,6 +619,29 @@ mod tests {
     }
 
     #[test]
+    fn task_files_agree_with_the_scan() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("spawn sleep");
+        let me = std::process::id();
+        let mut scanned: Vec<u32> = scan_table()
+            .into_iter()
+            .filter(|e| e.ppid == Some(me))
+            .map(|e| e.pid)
+            .collect();
+        scanned.sort_unstable();
+        if let Some(mut listed) = children_from_task_files(me) {
+            listed.sort_unstable();
+            // Other tests spawn children concurrently: compare on this child only.
+            assert_eq!(listed.contains(&child.id()), scanned.contains(&child.id()));
+        }
+        assert!(scanned.contains(&child.id()));
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    #[test]
     fn gone_process() {
         let d = read_detail(u32::MAX - 1);
         assert_eq!(d.env_note.as_deref(), Some("process gone"));

@@ -133,12 +133,28 @@ pub fn start_time(pid: u32) -> Option<u64> {
 /// out of range), [`SignalError::Reused`] when its start time differs (nothing is sent),
 /// [`SignalError::PermissionDenied`] when the kernel refuses (another user's process).
 pub fn send(pid: u32, expected_start_time: Option<u64>, sig: Sig) -> Result<(), SignalError> {
+    send_with(pid, expected_start_time, sig, true)
+}
+
+/// [`send`], with the pidfd path switched off by `use_pidfd: false` (tests of the `kill(2)`
+/// fallback).
+fn send_with(
+    pid: u32,
+    expected_start_time: Option<u64>,
+    sig: Sig,
+    use_pidfd: bool,
+) -> Result<(), SignalError> {
     // PID 0 (and negative values) would address process groups in kill(2): never.
     let Some(target) = i32::try_from(pid).ok().and_then(Pid::from_raw) else {
         return Err(SignalError::Gone { pid });
     };
     // Pin the process first, so the identity checked below is the one signalled.
-    let pidfd = match rustix::process::pidfd_open(target, PidfdFlags::empty()) {
+    let opened = if use_pidfd {
+        rustix::process::pidfd_open(target, PidfdFlags::empty())
+    } else {
+        Err(Errno::NOSYS)
+    };
+    let pidfd = match opened {
         Ok(fd) => Some(fd),
         Err(Errno::SRCH) => return Err(SignalError::Gone { pid }),
         // ENOSYS (kernel < 5.3), EPERM from a seccomp filter, ...: check, then kill(2).
@@ -228,6 +244,30 @@ mod tests {
         };
         assert!(e.to_string().contains("started 2024-05-06 12:03:44 UTC"));
         assert!(e.to_string().contains("started 2024-05-05 12:03:44 UTC"));
+    }
+
+    #[test]
+    fn kill_fallback_checks_identity_too() {
+        use std::os::unix::process::ExitStatusExt;
+
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("spawn sleep");
+        let pid = child.id();
+        let start = start_time(pid).expect("visible");
+        assert!(matches!(
+            send_with(pid, Some(start + 3600), Sig::Kill, false),
+            Err(SignalError::Reused { .. })
+        ));
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(child.try_wait().expect("try_wait").is_none());
+        send_with(pid, Some(start), Sig::Term, false).expect("sent");
+        assert_eq!(child.wait().expect("wait").signal(), Some(15));
+        assert!(matches!(
+            send_with(pid, Some(start), Sig::Term, false),
+            Err(SignalError::Gone { .. } | SignalError::Reused { .. })
+        ));
     }
 
     #[test]

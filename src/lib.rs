@@ -10,6 +10,7 @@ pub mod output;
 pub mod pick;
 pub mod record;
 pub mod sampler;
+pub mod signal;
 pub mod source;
 pub mod tui;
 pub mod watch;

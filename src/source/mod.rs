@@ -6,6 +6,7 @@
 //! - [`replay::ReplaySource`]: a recording written by `gpuwatch record`.
 
 pub mod nvml;
+pub mod procdetail;
 pub mod procinfo;
 pub mod replay;
 pub mod scripted;

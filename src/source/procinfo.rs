@@ -320,12 +320,17 @@ pub fn current_uid() -> Option<u32> {
 /// (so the two compare equal for this user's processes): the numeric uid when no name is
 /// known; `None` only when the uid itself can't be read.
 pub fn current_user() -> Option<String> {
-    let uid = current_uid()?;
-    let name = Users::new_with_refreshed_list()
+    current_uid().map(user_name)
+}
+
+/// The name of `uid`, resolved like [`ProcInfo::enrich`] resolves `HostProc::user`: the
+/// numeric uid when no name is known. Reads the users list afresh: for one-off uses.
+pub fn user_name(uid: u32) -> String {
+    Users::new_with_refreshed_list()
         .ok()
         .and_then(|users| lookup_users(&users, uid))
-        .or_else(|| fallback_name(uid));
-    Some(name.unwrap_or_else(|| uid.to_string()))
+        .or_else(|| fallback_name(uid))
+        .unwrap_or_else(|| uid.to_string())
 }
 
 /// The parent PID of `pid`, read from `/proc/PID/stat`; `None` when the process is not visible

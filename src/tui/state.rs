@@ -330,7 +330,7 @@ impl UiState {
                 let key = History::key_of(&g.uuid, p);
                 let d = self.history.process(&key).map_or_else(Derived::default, |h| Derived {
                     growth: h.growth_bytes_per_s(GROWTH_WINDOW),
-                    peak: h.peak_used.map(|(bytes, _)| bytes),
+                    peak: h.peak_used().map(|(bytes, _)| bytes),
                 });
                 derived.insert(key, d);
             }

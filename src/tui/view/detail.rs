@@ -42,7 +42,7 @@ pub fn render(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Context, key
     if let Some((g, p)) = current {
         let d = state.derived_of(g, p);
         let peak = hist
-            .and_then(|h| h.peak_used)
+            .and_then(|h| h.peak_used())
             .map_or_else(|| "-".to_string(), |(b, when)| {
                 format!("{} ({} ago)", fmt_bytes(b), fmt_elapsed((ctx.now - when).max(0.0) as u64))
             });
@@ -97,7 +97,7 @@ pub fn render(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Context, key
     }
     let [mem_area, sm_area] = Layout::horizontal([Constraint::Percentage(50), Constraint::Percentage(50)]).areas(charts);
     let points: Vec<(f64, Option<u64>, Option<f32>)> = hist.map_or_else(Vec::new, |h| {
-        h.points().iter().map(|p| (p.t, p.used, p.sm)).collect()
+        h.points().map(|p| (p.t, p.used, p.sm)).collect()
     });
     let t0 = ctx.now;
     let mem: Vec<(f64, f64)> = points.iter().filter_map(|(x, u, _)| u.map(|u| (x - t0, u as f64 / GIB))).collect();
@@ -145,7 +145,7 @@ pub fn render_chart(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Contex
         .shown
         .as_ref()
         .and_then(|fr| fr.sample.gpus.iter().find(|g| g.uuid == gpu).map(|g| g.index));
-    let total = h.points().last().and_then(|p| p.total).map_or(1.0, |b| b as f64 / GIB);
+    let total = h.latest().and_then(|p| p.total).map_or(1.0, |b| b as f64 / GIB);
     let used: Vec<(f64, f64)> = h
         .points()
         .iter()

@@ -198,8 +198,8 @@ fn panel(state: &UiState, ctx: &Context, g: &GpuSample, width: usize) -> Vec<Lin
     line1.push(Span::styled(mem, used_style(g, t)));
 
     let hist = state.history.gpu(&g.uuid);
-    let util: Vec<f32> = hist.map_or_else(Vec::new, |h| h.points().iter().filter_map(|p| p.util).collect());
-    let mem_util: Vec<f32> = hist.map_or_else(Vec::new, |h| h.points().iter().filter_map(|p| p.mem_util).collect());
+    let util: Vec<f32> = hist.map_or_else(Vec::new, |h| h.points().filter_map(|p| p.util).collect());
+    let mem_util: Vec<f32> = hist.map_or_else(Vec::new, |h| h.points().filter_map(|p| p.mem_util).collect());
     let spark_w = (width.saturating_sub(30) / 2).clamp(4, 40);
     let pct = |v: Option<f32>| v.map_or_else(|| "n/a".to_string(), |v| format!("{v:.0}%"));
     let line2 = Line::from(vec![

@@ -144,6 +144,10 @@ fn raise_peak(peak: &mut Option<(u64, f64)>, value: Option<u64>, t: f64) {
 
 /// Growth of `value` over the last `over` before the series' last point: `None` with fewer
 /// than 3 available points or when they span less than `over / 3` (warm-up).
+///
+/// Picks at most [`SLOPE_MAX_POINTS`] points straight from the series (no copy of the whole
+/// window): evenly spaced anchors, each moved to the nearest available point before the next
+/// anchor (the last one: the latest available point), so the picked points span the data.
 fn growth<P: Timed>(
     series: &VecDeque<P>,
     over: Duration,
@@ -153,15 +157,36 @@ fn growth<P: Timed>(
     let over = over.as_secs_f64();
     let cutoff = last - over;
     let start = series.partition_point(|p| p.t() < cutoff);
-    let points: Vec<(f64, f64)> = series
-        .range(start..)
-        .filter_map(|p| value(p).map(|v| (p.t(), v as f64)))
-        .collect();
+    let len = series.len() - start;
+    let anchors = len.min(SLOPE_MAX_POINTS);
+    let available = |i: &usize| value(&series[*i]).is_some();
+    let mut picked = [(0.0f64, 0.0f64); SLOPE_MAX_POINTS];
+    let mut count = 0;
+    // Indices below `floor` are taken or skipped.
+    let mut floor = start;
+    for a in 0..anchors {
+        let anchor = start + (a * (len - 1) + (anchors - 1) / 2) / (anchors - 1).max(1);
+        let index = if a + 1 == anchors {
+            (floor..=anchor).rev().find(available)
+        } else {
+            let next = start + ((a + 1) * (len - 1) + (anchors - 1) / 2) / (anchors - 1);
+            (anchor.max(floor)..next).find(available)
+        };
+        if let Some(i) = index {
+            let p = &series[i];
+            if let Some(v) = value(p) {
+                picked[count] = (p.t(), v as f64);
+                count += 1;
+            }
+            floor = i + 1;
+        }
+    }
+    let points = &picked[..count];
     let (first, latest) = (points.first()?, points.last()?);
     if points.len() < 3 || latest.0 - first.0 < over / 3.0 {
         return None;
     }
-    slope_bytes_per_s(&points)
+    slope_bytes_per_s(points)
 }
 
 /// The history of one GPU.
@@ -915,6 +940,30 @@ mod tests {
         assert_eq!(h.gpu("GPU-a").expect("gpu").points().len(), 200);
         assert_eq!(h.process(&key(1, None)).expect("proc").points().len(), 200);
         assert!(h.memory_bytes() > 200 * std::mem::size_of::<GpuPoint>());
+    }
+
+    #[test]
+    fn growth_over_a_long_sparse_window_is_exact() {
+        let mut h = History::new(Duration::from_mins(10));
+        for t in 0..600u32 {
+            // Known at one sample in seven only; the newest sample (599) is unknown.
+            let used = (t % 7 == 3).then_some(u64::from(t) * MIB);
+            h.push(&sample(
+                f64::from(t),
+                vec![gpu("GPU-a", None, vec![proc(1, Some(5), used)])],
+            ));
+        }
+        let p = h.process(&key(1, Some(5))).expect("proc");
+        let slope = p
+            .growth_bytes_per_s(Duration::from_mins(10))
+            .expect("slope");
+        assert!(close(slope, MIB as f64, 1e-3), "{slope}");
+        // Only the last 2 s: one known point, so warm-up.
+        assert_eq!(p.growth_bytes_per_s(Duration::from_secs(2)), None);
+        let slope = p
+            .growth_bytes_per_s(Duration::from_secs(30))
+            .expect("slope");
+        assert!(close(slope, MIB as f64, 1e-3), "{slope}");
     }
 
     #[test]

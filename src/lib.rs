@@ -5,6 +5,7 @@
 pub mod app;
 pub mod cli;
 pub mod config;
+pub mod history;
 pub mod model;
 pub mod output;
 pub mod pick;

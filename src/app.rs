@@ -173,7 +173,10 @@ fn first_frame(
 
 /// The watched set ("mine") for this frame's source.
 fn watch_set(config: &Config, source: &crate::model::SourceInfo) -> WatchSet {
-    let me = source.me.clone().or_else(crate::source::procinfo::current_user);
+    let me = source
+        .me
+        .clone()
+        .or_else(crate::source::procinfo::current_user);
     WatchSet::new(config.watch.specs.clone(), me)
 }
 
@@ -369,11 +372,8 @@ fn dashboard(g: &GlobalArgs, config: &Config) -> Result<u8> {
     let sampler = start(g, config, None, None)?;
     let watch = watch_set(config, &sampler.info());
     let options = crate::tui::TuiOptions {
-        color: match config.display.color {
-            ColorChoice::Always => true,
-            ColorChoice::Never => false,
-            ColorChoice::Auto => true,
-        },
+        // The dashboard runs on a terminal, so `auto` means colour.
+        color: config.display.color != ColorChoice::Never,
         read_only: g.read_only,
         history_window: config.history.window,
     };

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gpuwatch::model::Frame;
+use gpuwatch::model::{Frame, SourceKind};
 use gpuwatch::source::GpuSource;
 use gpuwatch::source::procdetail::{ProcDetail, ProcLink, TreeRow};
 use gpuwatch::source::scripted::{DEMO_START, ScriptedSource};
@@ -23,12 +23,27 @@ const NOW: f64 = 1_795_953_600.0;
 
 /// A state fed `steps` frames, one a second, ending at scenario time `t_end` (= `NOW`).
 fn fed(source: &ScriptedSource, me: &str, t_end: f64, steps: usize) -> (UiState, Instant) {
+    fed_as(source, None, me, t_end, steps)
+}
+
+/// The same, with the frames claiming another source kind (e.g. live, for signals).
+fn fed_as(
+    source: &ScriptedSource,
+    kind: Option<SourceKind>,
+    me: &str,
+    t_end: f64,
+    steps: usize,
+) -> (UiState, Instant) {
     let mut st = UiState::new(
         WatchSet::new(Vec::new(), Some(me.to_string())),
-        Duration::from_secs(600),
+        Duration::from_mins(10),
         false,
     );
-    let info = Arc::new(source.info());
+    let mut info = source.info();
+    if let Some(kind) = kind {
+        info.kind = kind;
+    }
+    let info = Arc::new(info);
     let mut last = Instant::now();
     for i in 0..steps {
         let back = (steps - 1 - i) as f64;
@@ -155,22 +170,40 @@ fn detail_view() {
     while st.selected_row().map(|(_, p)| p.pid) != Some(2207) {
         st.update(Command::Down);
     }
-    assert_eq!(st.update(Command::OpenDetail), gpuwatch::tui::state::Effect::LoadDetail(2207));
+    assert_eq!(
+        st.update(Command::OpenDetail),
+        gpuwatch::tui::state::Effect::LoadDetail(2207)
+    );
     st.detail_loaded(ProcDetail {
         pid: 2207,
         cwd: Some("/home/alice/llama".into()),
         command: Some("python finetune.py --model llama-7b --lr 2e-5 --keep-graph".into()),
         env: vec![
-            ("CUDA_VISIBLE_DEVICES".into(), "GPU-8a52d0b4-19c3-4f7d-b1e2-6c0f3a9d2b11".into()),
-            ("PYTORCH_CUDA_ALLOC_CONF".into(), "expandable_segments:True".into()),
+            (
+                "CUDA_VISIBLE_DEVICES".into(),
+                "GPU-8a52d0b4-19c3-4f7d-b1e2-6c0f3a9d2b11".into(),
+            ),
+            (
+                "PYTORCH_CUDA_ALLOC_CONF".into(),
+                "expandable_segments:True".into(),
+            ),
             ("LOCAL_RANK".into(), "0".into()),
         ],
         env_note: None,
         ancestors: vec![
-            ProcLink { pid: 2188, name: "bash".into() },
-            ProcLink { pid: 2100, name: "tmux: server".into() },
+            ProcLink {
+                pid: 2188,
+                name: "bash".into(),
+            },
+            ProcLink {
+                pid: 2100,
+                name: "tmux: server".into(),
+            },
         ],
-        children: vec![ProcLink { pid: 2210, name: "pt_data_worker".into() }],
+        children: vec![ProcLink {
+            pid: 2210,
+            name: "pt_data_worker".into(),
+        }],
     });
     insta::assert_snapshot!(screen(&mut st, 120, 40, fresh(last)));
 }
@@ -251,7 +284,8 @@ lost_at = 0
 
 #[test]
 fn kill_confirmation() {
-    let (mut st, last) = fed(&demo(), "alice", DEMO_START, 3);
+    // Signals go only to live processes: the demo's frames pose as live here.
+    let (mut st, last) = fed_as(&demo(), Some(SourceKind::Live), "alice", DEMO_START, 3);
     while st.selected_row().map(|(_, p)| p.pid) != Some(4120) {
         st.update(Command::Down);
     }
@@ -266,7 +300,11 @@ fn kill_confirmation() {
 fn read_only_refuses_to_signal() {
     let src = demo();
     let info = Arc::new(src.info());
-    let mut st = UiState::new(WatchSet::new(Vec::new(), None), Duration::from_secs(600), true);
+    let mut st = UiState::new(
+        WatchSet::new(Vec::new(), None),
+        Duration::from_mins(10),
+        true,
+    );
     st.on_frame(Arc::new(Frame {
         seq: 1,
         source: info,
@@ -277,4 +315,17 @@ fn read_only_refuses_to_signal() {
     assert_eq!(st.update(Command::Kill), gpuwatch::tui::state::Effect::None);
     assert!(st.kill.is_none());
     assert!(st.message.as_deref().unwrap_or("").contains("read-only"));
+}
+
+#[test]
+fn simulated_pids_are_never_signalled() {
+    let (mut st, _) = fed(&demo(), "alice", DEMO_START, 2);
+    assert_eq!(st.update(Command::Kill), gpuwatch::tui::state::Effect::None);
+    assert!(st.kill.is_none());
+    assert!(
+        st.message
+            .as_deref()
+            .unwrap_or("")
+            .contains("only to live processes")
+    );
 }

@@ -51,7 +51,13 @@ const fn b(
 
 /// The key table. Order is the order of the help overlay.
 pub const BINDINGS: &[Binding] = &[
-    b(&[KeyCode::Char('q')], Scope::Global, Command::Quit, "q", "quit"),
+    b(
+        &[KeyCode::Char('q')],
+        Scope::Global,
+        Command::Quit,
+        "q",
+        "quit",
+    ),
     Binding {
         keys: &[KeyCode::Char('c')],
         ctrl: true,
@@ -60,35 +66,209 @@ pub const BINDINGS: &[Binding] = &[
         label: "Ctrl-C",
         help: "quit",
     },
-    b(&[KeyCode::Char('?')], Scope::Global, Command::ToggleHelp, "?", "this help"),
-    b(&[KeyCode::Esc], Scope::Global, Command::Back, "Esc", "back / close"),
-    b(&[KeyCode::Up, KeyCode::Char('k')], Scope::Table, Command::Up, "↑ k", "previous process"),
-    b(&[KeyCode::Down, KeyCode::Char('j')], Scope::Table, Command::Down, "↓ j", "next process"),
-    b(&[KeyCode::PageUp], Scope::Table, Command::PageUp, "PgUp", "page up"),
-    b(&[KeyCode::PageDown], Scope::Table, Command::PageDown, "PgDn", "page down"),
-    b(&[KeyCode::Home], Scope::Table, Command::Home, "Home", "first process"),
-    b(&[KeyCode::End], Scope::Table, Command::End, "End", "last process"),
-    b(&[KeyCode::Char('s')], Scope::Table, Command::SortNext, "s", "sort by the next column"),
-    b(&[KeyCode::Char('S')], Scope::Table, Command::SortReverse, "S", "reverse the sort"),
-    b(&[KeyCode::Char('M')], Scope::Table, Command::SortBy(SortKey::Memory), "M", "sort by GPU memory"),
-    b(&[KeyCode::Char('G')], Scope::Table, Command::SortBy(SortKey::Growth), "G", "sort by growth"),
-    b(&[KeyCode::Char('U')], Scope::Table, Command::SortBy(SortKey::Sm), "U", "sort by SM %"),
-    b(&[KeyCode::Char('C')], Scope::Table, Command::SortBy(SortKey::Cpu), "C", "sort by CPU %"),
-    b(&[KeyCode::Char('P')], Scope::Table, Command::SortBy(SortKey::Pid), "P", "sort by PID"),
-    b(&[KeyCode::Char('/')], Scope::Table, Command::FilterStart, "/", "filter (user, command, container, pid)"),
-    b(&[KeyCode::Char('g')], Scope::Global, Command::CycleGpu, "g", "show one GPU / all"),
-    b(&[KeyCode::Enter], Scope::Table, Command::OpenDetail, "Enter", "process detail"),
-    b(&[KeyCode::Char('t')], Scope::Table, Command::ToggleTree, "t", "tree view (parents, workers, ranks)"),
-    b(&[KeyCode::Char('c')], Scope::Global, Command::OpenChart, "c", "memory chart of the GPU"),
-    b(&[KeyCode::Char('w')], Scope::Table, Command::ToggleWatchPid, "w", "watch / unwatch the process"),
-    b(&[KeyCode::Char('W')], Scope::Table, Command::ToggleWatchUser, "W", "watch / unwatch its user"),
-    b(&[KeyCode::Char('K'), KeyCode::F(9)], Scope::Table, Command::Kill, "K F9", "signal the process (asks first)"),
-    b(&[KeyCode::Char('p')], Scope::Global, Command::TogglePause, "p", "pause / resume the screen"),
-    b(&[KeyCode::Char('+'), KeyCode::Char('=')], Scope::Chart, Command::ZoomIn, "+", "zoom in (shorter span)"),
-    b(&[KeyCode::Char('-')], Scope::Chart, Command::ZoomOut, "-", "zoom out (longer span)"),
-    b(&[KeyCode::Char('y')], Scope::Dialog, Command::Confirm, "y", "send the signal"),
-    b(&[KeyCode::Char('9')], Scope::Dialog, Command::ConfirmKill, "9", "send SIGKILL after SIGTERM"),
-    b(&[KeyCode::Char('n')], Scope::Dialog, Command::Back, "n", "cancel"),
+    b(
+        &[KeyCode::Char('?')],
+        Scope::Global,
+        Command::ToggleHelp,
+        "?",
+        "this help",
+    ),
+    b(
+        &[KeyCode::Esc],
+        Scope::Global,
+        Command::Back,
+        "Esc",
+        "back / close",
+    ),
+    b(
+        &[KeyCode::Up, KeyCode::Char('k')],
+        Scope::Table,
+        Command::Up,
+        "↑ k",
+        "previous process",
+    ),
+    b(
+        &[KeyCode::Down, KeyCode::Char('j')],
+        Scope::Table,
+        Command::Down,
+        "↓ j",
+        "next process",
+    ),
+    b(
+        &[KeyCode::PageUp],
+        Scope::Table,
+        Command::PageUp,
+        "PgUp",
+        "page up",
+    ),
+    b(
+        &[KeyCode::PageDown],
+        Scope::Table,
+        Command::PageDown,
+        "PgDn",
+        "page down",
+    ),
+    b(
+        &[KeyCode::Home],
+        Scope::Table,
+        Command::Home,
+        "Home",
+        "first process",
+    ),
+    b(
+        &[KeyCode::End],
+        Scope::Table,
+        Command::End,
+        "End",
+        "last process",
+    ),
+    b(
+        &[KeyCode::Char('s')],
+        Scope::Table,
+        Command::SortNext,
+        "s",
+        "sort by the next column",
+    ),
+    b(
+        &[KeyCode::Char('S')],
+        Scope::Table,
+        Command::SortReverse,
+        "S",
+        "reverse the sort",
+    ),
+    b(
+        &[KeyCode::Char('M')],
+        Scope::Table,
+        Command::SortBy(SortKey::Memory),
+        "M",
+        "sort by GPU memory",
+    ),
+    b(
+        &[KeyCode::Char('G')],
+        Scope::Table,
+        Command::SortBy(SortKey::Growth),
+        "G",
+        "sort by growth",
+    ),
+    b(
+        &[KeyCode::Char('U')],
+        Scope::Table,
+        Command::SortBy(SortKey::Sm),
+        "U",
+        "sort by SM %",
+    ),
+    b(
+        &[KeyCode::Char('C')],
+        Scope::Table,
+        Command::SortBy(SortKey::Cpu),
+        "C",
+        "sort by CPU %",
+    ),
+    b(
+        &[KeyCode::Char('P')],
+        Scope::Table,
+        Command::SortBy(SortKey::Pid),
+        "P",
+        "sort by PID",
+    ),
+    b(
+        &[KeyCode::Char('/')],
+        Scope::Table,
+        Command::FilterStart,
+        "/",
+        "filter (user, command, container, pid)",
+    ),
+    b(
+        &[KeyCode::Char('g')],
+        Scope::Global,
+        Command::CycleGpu,
+        "g",
+        "show one GPU / all",
+    ),
+    b(
+        &[KeyCode::Enter],
+        Scope::Table,
+        Command::OpenDetail,
+        "Enter",
+        "process detail",
+    ),
+    b(
+        &[KeyCode::Char('t')],
+        Scope::Table,
+        Command::ToggleTree,
+        "t",
+        "tree view (parents, workers, ranks)",
+    ),
+    b(
+        &[KeyCode::Char('c')],
+        Scope::Global,
+        Command::OpenChart,
+        "c",
+        "memory chart of the GPU",
+    ),
+    b(
+        &[KeyCode::Char('w')],
+        Scope::Table,
+        Command::ToggleWatchPid,
+        "w",
+        "watch / unwatch the process",
+    ),
+    b(
+        &[KeyCode::Char('W')],
+        Scope::Table,
+        Command::ToggleWatchUser,
+        "W",
+        "watch / unwatch its user",
+    ),
+    b(
+        &[KeyCode::Char('K'), KeyCode::F(9)],
+        Scope::Table,
+        Command::Kill,
+        "K F9",
+        "signal the process (asks first)",
+    ),
+    b(
+        &[KeyCode::Char('p')],
+        Scope::Global,
+        Command::TogglePause,
+        "p",
+        "pause / resume the screen",
+    ),
+    b(
+        &[KeyCode::Char('+'), KeyCode::Char('=')],
+        Scope::Chart,
+        Command::ZoomIn,
+        "+",
+        "zoom in (shorter span)",
+    ),
+    b(
+        &[KeyCode::Char('-')],
+        Scope::Chart,
+        Command::ZoomOut,
+        "-",
+        "zoom out (longer span)",
+    ),
+    b(
+        &[KeyCode::Char('y')],
+        Scope::Dialog,
+        Command::Confirm,
+        "y",
+        "send the signal",
+    ),
+    b(
+        &[KeyCode::Char('9')],
+        Scope::Dialog,
+        Command::ConfirmKill,
+        "9",
+        "send SIGKILL after SIGTERM",
+    ),
+    b(
+        &[KeyCode::Char('n')],
+        Scope::Dialog,
+        Command::Back,
+        "n",
+        "cancel",
+    ),
 ];
 
 /// The command a key means in this mode, if any.
@@ -145,15 +325,30 @@ mod tests {
 
     #[test]
     fn keys_map_to_commands_by_mode() {
-        assert_eq!(lookup(key(KeyCode::Char('j')), Mode::Table), Some(Command::Down));
+        assert_eq!(
+            lookup(key(KeyCode::Char('j')), Mode::Table),
+            Some(Command::Down)
+        );
         assert_eq!(lookup(key(KeyCode::F(9)), Mode::Table), Some(Command::Kill));
         assert_eq!(lookup(key(KeyCode::Char('y')), Mode::Table), None);
-        assert_eq!(lookup(key(KeyCode::Char('y')), Mode::Dialog), Some(Command::Confirm));
-        assert_eq!(lookup(key(KeyCode::Char('q')), Mode::Filter), Some(Command::FilterInput('q')));
         assert_eq!(
-            lookup(KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL), Mode::Filter),
+            lookup(key(KeyCode::Char('y')), Mode::Dialog),
+            Some(Command::Confirm)
+        );
+        assert_eq!(
+            lookup(key(KeyCode::Char('q')), Mode::Filter),
+            Some(Command::FilterInput('q'))
+        );
+        assert_eq!(
+            lookup(
+                KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL),
+                Mode::Filter
+            ),
             Some(Command::Quit)
         );
-        assert_eq!(lookup(key(KeyCode::Char('+')), Mode::Chart), Some(Command::ZoomIn));
+        assert_eq!(
+            lookup(key(KeyCode::Char('+')), Mode::Chart),
+            Some(Command::ZoomIn)
+        );
     }
 }

@@ -49,12 +49,22 @@ pub fn command_for(event: &Event, state: &UiState) -> Option<Command> {
     }
 }
 
-/// Carries out an effect; what it yields goes back into the state.
+/// Carries out an effect; what it yields goes back into the state. Only a live source's PIDs
+/// are this host's processes: for a demo or a replay, detail and tree come from the frame.
 pub fn perform(state: &mut UiState, effect: Effect) {
+    let live = state.is_live();
     match effect {
         Effect::None | Effect::Quit => {}
-        Effect::LoadDetail(pid) => state.detail_loaded(procdetail::read_detail(pid)),
-        Effect::LoadTree(pids) => state.tree_loaded(procdetail::process_forest(&pids)),
+        Effect::LoadDetail(pid) if live => state.detail_loaded(procdetail::read_detail(pid)),
+        Effect::LoadDetail(pid) => {
+            let detail = simulated_detail(state, pid);
+            state.detail_loaded(detail);
+        }
+        Effect::LoadTree(pids) if live => state.tree_loaded(procdetail::process_forest(&pids)),
+        Effect::LoadTree(pids) => {
+            let rows = simulated_tree(state, &pids);
+            state.tree_loaded(rows);
+        }
         Effect::Signal {
             pid,
             start_time,
@@ -67,6 +77,57 @@ pub fn perform(state: &mut UiState, effect: Effect) {
             }
         }
     }
+}
+
+/// The detail of a process that is not on this host (demo, replay): what the frame knows.
+fn simulated_detail(state: &UiState, pid: u32) -> procdetail::ProcDetail {
+    let host = state.latest.as_ref().and_then(|f| {
+        f.sample
+            .gpus
+            .iter()
+            .flat_map(|g| &g.processes)
+            .find(|p| p.pid == pid)
+            .map(|p| p.host.clone())
+    });
+    procdetail::ProcDetail {
+        pid,
+        command: host.and_then(|h| h.command),
+        env_note: Some(format!(
+            "not read: PID {pid} belongs to a {} source, not to this host",
+            state
+                .latest
+                .as_ref()
+                .map_or_else(|| "simulated".to_string(), |f| f.source.kind.to_string())
+        )),
+        ..procdetail::ProcDetail::default()
+    }
+}
+
+/// The tree of a demo or replay, from the parents the frame knows.
+fn simulated_tree(state: &UiState, pids: &[u32]) -> Vec<procdetail::TreeRow> {
+    let mut entries: Vec<procdetail::ProcEntry> = Vec::new();
+    if let Some(f) = state.latest.as_ref() {
+        for p in f.sample.gpus.iter().flat_map(|g| &g.processes) {
+            if entries.iter().any(|e| e.pid == p.pid) {
+                continue;
+            }
+            entries.push(procdetail::ProcEntry {
+                pid: p.pid,
+                ppid: p.host.ppid,
+                name: p.host.name.clone().unwrap_or_default(),
+            });
+            if let Some(pp) = p.host.ppid
+                && !entries.iter().any(|e| e.pid == pp)
+            {
+                entries.push(procdetail::ProcEntry {
+                    pid: pp,
+                    ppid: None,
+                    name: "(parent)".to_string(),
+                });
+            }
+        }
+    }
+    procdetail::forest_from(&entries, pids)
 }
 
 fn context(theme: Theme) -> Context {
@@ -93,7 +154,8 @@ async fn run_loop(sampler: &Sampler, watch: WatchSet, options: &TuiOptions) -> s
     let mut sighup = signal(SignalKind::hangup())?;
     let mut sigint = signal(SignalKind::interrupt())?;
     let guard = terminal::TerminalGuard::enter()?;
-    let mut term: Terminal<CrosstermBackend<Stdout>> = Terminal::new(CrosstermBackend::new(std::io::stdout()))?;
+    let mut term: Terminal<CrosstermBackend<Stdout>> =
+        Terminal::new(CrosstermBackend::new(std::io::stdout()))?;
     term.clear()?;
     let theme = Theme::new(options.color);
     let mut state = UiState::new(watch, options.history_window, options.read_only);

@@ -166,17 +166,18 @@ pub struct RowRef {
 /// Chart spans `+`/`-` step through.
 pub const CHART_SPANS: [Duration; 6] = [
     Duration::from_secs(30),
-    Duration::from_secs(60),
-    Duration::from_secs(120),
-    Duration::from_secs(300),
-    Duration::from_secs(600),
-    Duration::from_secs(3600),
+    Duration::from_mins(1),
+    Duration::from_mins(2),
+    Duration::from_mins(5),
+    Duration::from_mins(10),
+    Duration::from_hours(1),
 ];
 
 /// How far back process growth is measured.
-pub const GROWTH_WINDOW: Duration = Duration::from_secs(60);
+pub const GROWTH_WINDOW: Duration = Duration::from_mins(1);
 
-/// The whole UI state.
+/// The whole UI state. (Its flags are independent switches of the screen, hence several bools.)
+#[allow(clippy::struct_excessive_bools)]
 pub struct UiState {
     /// Latest frame received.
     pub latest: Option<Arc<Frame>>,
@@ -253,6 +254,13 @@ impl UiState {
         }
     }
 
+    /// Whether the frames come from this host's driver (so their PIDs are this host's).
+    pub fn is_live(&self) -> bool {
+        self.latest
+            .as_ref()
+            .is_some_and(|f| f.source.kind == crate::model::SourceKind::Live)
+    }
+
     /// Which bindings are live now.
     pub fn mode(&self) -> Mode {
         if self.filter_editing {
@@ -317,7 +325,11 @@ impl UiState {
         self.shown = Some(frame);
         self.rebuild_rows();
         // The tree follows new processes, at most once a second.
-        if self.view == View::Tree && self.tree_loaded.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
+        if self.view == View::Tree
+            && self
+                .tree_loaded
+                .is_none_or(|t| t.elapsed() >= Duration::from_secs(1))
+        {
             return self.load_tree();
         }
         Effect::None
@@ -328,10 +340,13 @@ impl UiState {
         for g in &frame.sample.gpus {
             for p in &g.processes {
                 let key = History::key_of(&g.uuid, p);
-                let d = self.history.process(&key).map_or_else(Derived::default, |h| Derived {
-                    growth: h.growth_bytes_per_s(GROWTH_WINDOW),
-                    peak: h.peak_used().map(|(bytes, _)| bytes),
-                });
+                let d =
+                    self.history
+                        .process_for(&g.uuid, p)
+                        .map_or_else(Derived::default, |(_, h)| Derived {
+                            growth: h.growth_bytes_per_s(GROWTH_WINDOW),
+                            peak: h.peak_used().map(|(bytes, _)| bytes),
+                        });
                 derived.insert(key, d);
             }
         }
@@ -408,7 +423,10 @@ impl UiState {
         }
         match key {
             SortKey::Memory => opt(pa.used_bytes, pb.used_bytes),
-            SortKey::Growth => opt(self.derived_of(ga, pa).growth, self.derived_of(gb, pb).growth),
+            SortKey::Growth => opt(
+                self.derived_of(ga, pa).growth,
+                self.derived_of(gb, pb).growth,
+            ),
             SortKey::Peak => opt(self.derived_of(ga, pa).peak, self.derived_of(gb, pb).peak),
             SortKey::Sm => opt(pa.sm_percent, pb.sm_percent),
             SortKey::Cpu => opt(pa.host.cpu_percent, pb.host.cpu_percent),
@@ -423,9 +441,7 @@ impl UiState {
     }
 
     fn remember_selection(&mut self) {
-        self.selected_key = self
-            .selected_row()
-            .map(|(g, p)| (g.uuid.clone(), p.pid));
+        self.selected_key = self.selected_row().map(|(g, p)| (g.uuid.clone(), p.pid));
     }
 
     /// Rows the table can show at the current size.
@@ -489,10 +505,63 @@ impl UiState {
         match cmd {
             Command::Quit => {
                 self.quit = true;
-                return Effect::Quit;
+                Effect::Quit
             }
-            Command::ToggleHelp => self.help = !self.help,
-            Command::Back => self.back(),
+            Command::ToggleHelp => {
+                self.help = !self.help;
+                Effect::None
+            }
+            Command::Back => {
+                self.back();
+                Effect::None
+            }
+            Command::Up
+            | Command::Down
+            | Command::PageUp
+            | Command::PageDown
+            | Command::Home
+            | Command::End
+            | Command::ScrollUp
+            | Command::ScrollDown
+            | Command::Click(..)
+            | Command::Resize(..) => {
+                self.navigate(cmd);
+                Effect::None
+            }
+            Command::SortNext
+            | Command::SortReverse
+            | Command::SortBy(_)
+            | Command::FilterStart
+            | Command::FilterInput(_)
+            | Command::FilterBackspace
+            | Command::FilterAccept
+            | Command::FilterCancel
+            | Command::CycleGpu => {
+                self.arrange(cmd);
+                Effect::None
+            }
+            Command::OpenDetail
+            | Command::ToggleTree
+            | Command::OpenChart
+            | Command::ZoomIn
+            | Command::ZoomOut
+            | Command::TogglePause => self.change_view(cmd),
+            Command::ToggleWatchPid | Command::ToggleWatchUser => {
+                self.toggle_watch(cmd);
+                Effect::None
+            }
+            Command::Kill => {
+                self.open_kill();
+                Effect::None
+            }
+            Command::Confirm => self.confirm(Sig::Term),
+            Command::ConfirmKill => self.confirm(Sig::Kill),
+        }
+    }
+
+    /// Cursor, paging, mouse, terminal size.
+    fn navigate(&mut self, cmd: Command) {
+        match cmd {
             Command::Up => self.select(self.selected.saturating_sub(1)),
             Command::Down => self.select(self.selected + 1),
             Command::PageUp => self.select(self.selected.saturating_sub(self.page_rows())),
@@ -501,8 +570,23 @@ impl UiState {
             Command::End => self.select(self.rows.len().saturating_sub(1)),
             Command::ScrollUp => self.select(self.selected.saturating_sub(3)),
             Command::ScrollDown => self.select(self.selected + 3),
+            Command::Click(x, y) => self.click(x, y),
+            Command::Resize(w, h) => {
+                self.size = (w, h);
+                self.keep_visible();
+            }
+            _ => {}
+        }
+    }
+
+    /// Sorting, filtering, the GPU shown.
+    fn arrange(&mut self, cmd: Command) {
+        match cmd {
             Command::SortNext => {
-                let i = SortKey::CYCLE.iter().position(|k| *k == self.sort).unwrap_or(0);
+                let i = SortKey::CYCLE
+                    .iter()
+                    .position(|k| *k == self.sort)
+                    .unwrap_or(0);
                 self.set_sort(SortKey::CYCLE[(i + 1) % SortKey::CYCLE.len()]);
             }
             Command::SortReverse => {
@@ -526,6 +610,13 @@ impl UiState {
                 self.rebuild_rows();
             }
             Command::CycleGpu => self.cycle_gpu(),
+            _ => {}
+        }
+    }
+
+    /// Detail, tree, chart, zoom, pause.
+    fn change_view(&mut self, cmd: Command) -> Effect {
+        match cmd {
             Command::OpenDetail => {
                 if let Some((g, p)) = self.selected_row() {
                     let pid = p.pid;
@@ -552,30 +643,9 @@ impl UiState {
                 }
             }
             Command::ZoomIn => self.chart_span = self.chart_span.saturating_sub(1),
-            Command::ZoomOut => self.chart_span = (self.chart_span + 1).min(CHART_SPANS.len() - 1),
-            Command::ToggleWatchPid => {
-                if let Some((_, p)) = self.selected_row() {
-                    let pid = p.pid;
-                    if !self.extra_pids.remove(&pid) {
-                        self.extra_pids.insert(pid);
-                    }
-                    self.message = Some(format!("PID {pid} {}", if self.extra_pids.contains(&pid) { "watched" } else { "no longer watched" }));
-                }
+            Command::ZoomOut => {
+                self.chart_span = (self.chart_span + 1).min(CHART_SPANS.len() - 1);
             }
-            Command::ToggleWatchUser => {
-                if let Some(user) = self.selected_row().and_then(|(_, p)| p.host.user.clone()) {
-                    let watched = if self.extra_users.remove(&user) {
-                        false
-                    } else {
-                        self.extra_users.insert(user.clone());
-                        true
-                    };
-                    self.message = Some(format!("user {user} {}", if watched { "watched" } else { "no longer watched" }));
-                }
-            }
-            Command::Kill => self.open_kill(),
-            Command::Confirm => return self.confirm(Sig::Term),
-            Command::ConfirmKill => return self.confirm(Sig::Kill),
             Command::TogglePause => {
                 self.paused = !self.paused;
                 if !self.paused {
@@ -583,13 +653,36 @@ impl UiState {
                     self.rebuild_rows();
                 }
             }
-            Command::Click(x, y) => self.click(x, y),
-            Command::Resize(w, h) => {
-                self.size = (w, h);
-                self.keep_visible();
-            }
+            _ => {}
         }
         Effect::None
+    }
+
+    /// `w` / `W`: the selected process, or its user, joins or leaves the watched set.
+    fn toggle_watch(&mut self, cmd: Command) {
+        let Some((_, p)) = self.selected_row() else {
+            return;
+        };
+        let (pid, user) = (p.pid, p.host.user.clone());
+        let (what, now_watched) = if cmd == Command::ToggleWatchPid {
+            let watched = !self.extra_pids.remove(&pid) && self.extra_pids.insert(pid);
+            (format!("PID {pid}"), watched)
+        } else {
+            let Some(user) = user else {
+                self.message = Some("this process's user is not known here".to_string());
+                return;
+            };
+            let watched = !self.extra_users.remove(&user) && self.extra_users.insert(user.clone());
+            (format!("user {user}"), watched)
+        };
+        self.message = Some(format!(
+            "{what} {}",
+            if now_watched {
+                "watched"
+            } else {
+                "no longer watched"
+            }
+        ));
     }
 
     fn set_sort(&mut self, key: SortKey) {
@@ -636,6 +729,13 @@ impl UiState {
     fn open_kill(&mut self) {
         if self.read_only {
             self.message = Some("read-only: signals are disabled (--read-only)".to_string());
+            return;
+        }
+        if !self.is_live() {
+            self.message = Some(
+                "signals go only to live processes: these PIDs are simulated or recorded"
+                    .to_string(),
+            );
             return;
         }
         let Some((g, p)) = self.selected_row() else {

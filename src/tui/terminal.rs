@@ -31,7 +31,12 @@ impl TerminalGuard {
         });
         enable_raw_mode()?;
         let guard = Self { _private: () };
-        execute!(std::io::stdout(), EnterAlternateScreen, EnableMouseCapture, Hide)?;
+        execute!(
+            std::io::stdout(),
+            EnterAlternateScreen,
+            EnableMouseCapture,
+            Hide
+        )?;
         Ok(guard)
     }
 }

@@ -3,6 +3,8 @@
 //! Only visible rows are formatted, so a table of thousands of processes costs what a screen
 //! costs.
 
+use std::fmt::Write as _;
+
 use ratatui::Frame;
 use ratatui::layout::Rect;
 use ratatui::style::Style;
@@ -23,19 +25,84 @@ struct Col {
 }
 
 const COLS: [Col; 13] = [
-    Col { name: "GPU", width: 3, right: true, sort: Some(SortKey::Gpu) },
-    Col { name: "PID", width: 7, right: true, sort: Some(SortKey::Pid) },
-    Col { name: "USER", width: 9, right: false, sort: Some(SortKey::User) },
-    Col { name: "TYPE", width: 4, right: false, sort: None },
-    Col { name: "GPU-MEM", width: 8, right: true, sort: Some(SortKey::Memory) },
-    Col { name: "SM%", width: 4, right: true, sort: Some(SortKey::Sm) },
-    Col { name: "MiB/min", width: 7, right: true, sort: Some(SortKey::Growth) },
-    Col { name: "PEAK", width: 8, right: true, sort: Some(SortKey::Peak) },
-    Col { name: "CPU%", width: 5, right: true, sort: Some(SortKey::Cpu) },
-    Col { name: "RSS", width: 8, right: true, sort: Some(SortKey::Rss) },
-    Col { name: "ELAPSED", width: 8, right: true, sort: Some(SortKey::Elapsed) },
-    Col { name: "CONTAINER", width: 12, right: false, sort: None },
-    Col { name: "COMMAND", width: 0, right: false, sort: Some(SortKey::Command) },
+    Col {
+        name: "GPU",
+        width: 3,
+        right: true,
+        sort: Some(SortKey::Gpu),
+    },
+    Col {
+        name: "PID",
+        width: 7,
+        right: true,
+        sort: Some(SortKey::Pid),
+    },
+    Col {
+        name: "USER",
+        width: 9,
+        right: false,
+        sort: Some(SortKey::User),
+    },
+    Col {
+        name: "TYPE",
+        width: 4,
+        right: false,
+        sort: None,
+    },
+    Col {
+        name: "GPU-MEM",
+        width: 8,
+        right: true,
+        sort: Some(SortKey::Memory),
+    },
+    Col {
+        name: "SM%",
+        width: 4,
+        right: true,
+        sort: Some(SortKey::Sm),
+    },
+    Col {
+        name: "MiB/min",
+        width: 7,
+        right: true,
+        sort: Some(SortKey::Growth),
+    },
+    Col {
+        name: "PEAK",
+        width: 8,
+        right: true,
+        sort: Some(SortKey::Peak),
+    },
+    Col {
+        name: "CPU%",
+        width: 5,
+        right: true,
+        sort: Some(SortKey::Cpu),
+    },
+    Col {
+        name: "RSS",
+        width: 8,
+        right: true,
+        sort: Some(SortKey::Rss),
+    },
+    Col {
+        name: "ELAPSED",
+        width: 8,
+        right: true,
+        sort: Some(SortKey::Elapsed),
+    },
+    Col {
+        name: "CONTAINER",
+        width: 12,
+        right: false,
+        sort: None,
+    },
+    Col {
+        name: "COMMAND",
+        width: 0,
+        right: false,
+        sort: Some(SortKey::Command),
+    },
 ];
 
 /// Columns dropped first when the screen is narrow (indices into `COLS`).
@@ -46,7 +113,10 @@ const MIN_COMMAND: usize = 20;
 fn shown_columns(width: usize) -> [bool; 13] {
     let mut shown = [true; 13];
     let fixed = |shown: &[bool; 13]| -> usize {
-        2 + (0..12).filter(|&i| shown[i]).map(|i| COLS[i].width + 1).sum::<usize>()
+        2 + (0..12)
+            .filter(|&i| shown[i])
+            .map(|i| COLS[i].width + 1)
+            .sum::<usize>()
     };
     for col in DROP_ORDER {
         if fixed(&shown) + MIN_COMMAND <= width {
@@ -76,7 +146,8 @@ fn cells(state: &UiState, ctx: &Context, g: &GpuSample, p: &ProcSample) -> [Stri
         h.user.clone().unwrap_or_else(dash),
         p.kind.label().to_string(),
         p.used_bytes.map_or_else(|| "n/a".to_string(), fmt_bytes),
-        p.sm_percent.map_or_else(|| "n/a".to_string(), |v| format!("{v:.0}")),
+        p.sm_percent
+            .map_or_else(|| "n/a".to_string(), |v| format!("{v:.0}")),
         fmt_growth(d.growth),
         d.peak.map_or_else(dash, fmt_bytes),
         h.cpu_percent.map_or_else(dash, |v| format!("{v:.0}")),
@@ -104,9 +175,9 @@ fn line(cells: &[String; 13], shown: &[bool; 13], width: usize, marker: &str) ->
             let w = COLS[i].width;
             let c = cut(c, w);
             if COLS[i].right {
-                s.push_str(&format!("{c:>w$} "));
+                let _ = write!(s, "{c:>w$} ");
             } else {
-                s.push_str(&format!("{c:<w$} "));
+                let _ = write!(s, "{c:<w$} ");
             }
         }
     }
@@ -146,7 +217,10 @@ pub fn render_table(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Contex
     let t = ctx.theme;
     let width = usize::from(area.width);
     let shown = shown_columns(width);
-    let mut lines = vec![Line::from(Span::styled(cut(&header_line(state, &shown, width), width), t.header()))];
+    let mut lines = vec![Line::from(Span::styled(
+        cut(&header_line(state, &shown, width), width),
+        t.header(),
+    ))];
     let body = super::table_body(state);
     let page = usize::from(body.height.min(area.height.saturating_sub(1)));
     let Some(frame) = state.shown.as_ref() else {
@@ -165,7 +239,12 @@ pub fn render_table(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Contex
         let g = &frame.sample.gpus[r.gpu];
         let p = &g.processes[r.proc];
         let watched = state.is_watched(p);
-        let text = line(&cells(state, ctx, g, p), &shown, width, if watched { "*" } else { " " });
+        let text = line(
+            &cells(state, ctx, g, p),
+            &shown,
+            width,
+            if watched { "*" } else { " " },
+        );
         let mut style = if watched {
             t.mine()
         } else if p.host.visible {
@@ -192,9 +271,15 @@ pub fn render_table(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Contex
                 "",
                 fmt_bytes(b)
             ),
-            None => format!("  {gpu:>3} {:>7} {:<9} {:<4} {:>8}  a process's memory is not available", "-", "unattr.", "", "n/a"),
+            None => format!(
+                "  {gpu:>3} {:>7} {:<9} {:<4} {:>8}  a process's memory is not available",
+                "-", "unattr.", "", "n/a"
+            ),
         };
-        lines.push(Line::from(Span::styled(cut(&text, width), t.unattributed())));
+        lines.push(Line::from(Span::styled(
+            cut(&text, width),
+            t.unattributed(),
+        )));
     }
     f.render_widget(Paragraph::new(lines), area);
 }
@@ -204,7 +289,10 @@ pub fn render_tree(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Context
     let t = ctx.theme;
     let width = usize::from(area.width);
     let mut lines = vec![Line::from(Span::styled(
-        cut("  PID      GPU-MEM  SM%  PROCESS TREE (t: back to the table)", width),
+        cut(
+            "  PID      GPU-MEM  SM%  PROCESS TREE (t: back to the table)",
+            width,
+        ),
         t.header(),
     ))];
     let selected_pid = state.selected_row().map(|(_, p)| p.pid);
@@ -219,7 +307,10 @@ pub fn render_tree(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Context
         })
     };
     if state.tree.is_empty() {
-        lines.push(Line::from(Span::styled("reading the process tree…", t.dim())));
+        lines.push(Line::from(Span::styled(
+            "reading the process tree…",
+            t.dim(),
+        )));
     }
     // Keep the selected process in view.
     let page = usize::from(area.height.saturating_sub(1));
@@ -228,9 +319,15 @@ pub fn render_tree(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Context
     for row in state.tree.iter().skip(skip).take(page) {
         let gpus = on_gpu(row.pid);
         let mem: u64 = gpus.iter().filter_map(|(_, p)| p.used_bytes).sum();
-        let sm = gpus.iter().filter_map(|(_, p)| p.sm_percent).fold(None, |a: Option<f32>, v| Some(a.unwrap_or(0.0) + v));
+        let sm = gpus
+            .iter()
+            .filter_map(|(_, p)| p.sm_percent)
+            .fold(None, |a: Option<f32>, v| Some(a.unwrap_or(0.0) + v));
         let (mem_s, sm_s) = if row.on_gpu {
-            (fmt_bytes(mem), sm.map_or_else(|| "n/a".to_string(), |v| format!("{v:.0}")))
+            (
+                fmt_bytes(mem),
+                sm.map_or_else(|| "n/a".to_string(), |v| format!("{v:.0}")),
+            )
         } else {
             (String::new(), String::new())
         };
@@ -242,7 +339,10 @@ pub fn render_tree(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Context
         } else {
             String::new()
         };
-        let text = format!("{:>7} {mem_s:>9} {sm_s:>4}  {indent}{branch}{}{where_}", row.pid, row.name);
+        let text = format!(
+            "{:>7} {mem_s:>9} {sm_s:>4}  {indent}{branch}{}{where_}",
+            row.pid, row.name
+        );
         let mut style = if row.on_gpu { Style::new() } else { t.dim() };
         if gpus.first().is_some_and(|(_, p)| state.is_watched(p)) {
             style = t.mine();

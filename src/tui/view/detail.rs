@@ -9,22 +9,94 @@ use ratatui::widgets::{Axis, Block, Borders, Chart, Dataset, GraphType, Paragrap
 
 use super::{Context, cut, fmt_growth};
 use crate::history::ProcKey;
+use crate::model::{GpuSample, ProcSample};
 use crate::output::{fmt_bytes, fmt_elapsed};
+use crate::source::procdetail::ProcDetail;
 use crate::tui::state::{CHART_SPANS, UiState};
 
 const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
 
+/// A process's line on the chart: label, points, latest GiB.
+type Line3 = (String, Vec<(f64, f64)>, f64);
+
 pub fn render(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Context, key: &ProcKey) {
-    let t = ctx.theme;
     let frame = state.shown.as_ref();
     let current = frame.and_then(|fr| {
         fr.sample
             .gpus
             .iter()
             .find(|g| g.uuid == key.gpu)
-            .and_then(|g| g.processes.iter().find(|p| p.pid == key.pid).map(|p| (g, p)))
+            .and_then(|g| {
+                g.processes
+                    .iter()
+                    .find(|p| p.pid == key.pid)
+                    .map(|p| (g, p))
+            })
     });
     let hist = state.history.process(key);
+    let lines = info_lines(state, ctx, key, current, hist);
+    let info_h = (lines.len() as u16 + 1)
+        .min(area.height / 2 + 2)
+        .min(area.height);
+    let [info, charts] =
+        Layout::vertical([Constraint::Length(info_h), Constraint::Min(0)]).areas(area);
+    f.render_widget(Paragraph::new(lines).wrap(Wrap { trim: false }), info);
+    if charts.height < 4 {
+        return;
+    }
+    let [mem_area, sm_area] =
+        Layout::horizontal([Constraint::Percentage(50), Constraint::Percentage(50)])
+            .spacing(3)
+            .areas(charts);
+    let points: Vec<(f64, Option<u64>, Option<f32>)> = hist.map_or_else(Vec::new, |h| {
+        h.points().map(|p| (p.t, p.used, p.sm)).collect()
+    });
+    let t0 = ctx.now;
+    let mem: Vec<(f64, f64)> = points
+        .iter()
+        .filter_map(|(x, u, _)| u.map(|u| (x - t0, u as f64 / GIB)))
+        .collect();
+    let sm: Vec<(f64, f64)> = points
+        .iter()
+        .filter_map(|(x, _, s)| s.map(|s| (x - t0, f64::from(s))))
+        .collect();
+    let xmin = mem.first().map_or(-60.0, |p| p.0.min(-10.0));
+    let ymax = mem.iter().map(|p| p.1).fold(0.0, f64::max).max(0.1) * 1.1;
+    chart(
+        f,
+        mem_area,
+        ctx,
+        &Series {
+            title: "GPU memory (GiB)",
+            data: &mem,
+            x_bounds: (xmin, 0.0),
+            y_bounds: (0.0, ymax),
+            colour: 0,
+        },
+    );
+    chart(
+        f,
+        sm_area,
+        ctx,
+        &Series {
+            title: "SM %",
+            data: &sm,
+            x_bounds: (xmin, 0.0),
+            y_bounds: (0.0, 100.0),
+            colour: 2,
+        },
+    );
+}
+
+/// The text part of the detail view.
+fn info_lines<'a>(
+    state: &'a UiState,
+    ctx: &Context,
+    key: &ProcKey,
+    current: Option<(&GpuSample, &ProcSample)>,
+    hist: Option<&crate::history::ProcHistory>,
+) -> Vec<Line<'a>> {
+    let t = ctx.theme;
     let mut lines: Vec<Line> = Vec::new();
     let head = match current {
         Some((g, p)) => format!(
@@ -33,7 +105,8 @@ pub fn render(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Context, key
             p.host.user.as_deref().unwrap_or("?"),
             p.used_bytes.map_or_else(|| "n/a".to_string(), fmt_bytes),
             g.index,
-            p.sm_percent.map_or_else(|| "n/a".to_string(), |v| format!("{v:.0}%")),
+            p.sm_percent
+                .map_or_else(|| "n/a".to_string(), |v| format!("{v:.0}%")),
             p.kind.label()
         ),
         None => format!("PID {} · no longer on the GPU", key.pid),
@@ -42,94 +115,152 @@ pub fn render(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Context, key
     if let Some((g, p)) = current {
         let d = state.derived_of(g, p);
         let peak = hist
-            .and_then(|h| h.peak_used())
-            .map_or_else(|| "-".to_string(), |(b, when)| {
-                format!("{} ({} ago)", fmt_bytes(b), fmt_elapsed((ctx.now - when).max(0.0) as u64))
-            });
+            .and_then(crate::history::ProcHistory::peak_used)
+            .map_or_else(
+                || "-".to_string(),
+                |(b, when)| {
+                    format!(
+                        "{} ({} ago)",
+                        fmt_bytes(b),
+                        fmt_elapsed((ctx.now - when).max(0.0) as u64)
+                    )
+                },
+            );
         lines.push(Line::from(format!(
             "peak {peak} · growth {} MiB/min · CPU {} · RSS {} · elapsed {}{}",
             fmt_growth(d.growth),
-            p.host.cpu_percent.map_or_else(|| "-".to_string(), |v| format!("{v:.0}%")),
-            p.host.rss_bytes.map_or_else(|| "-".to_string(), fmt_bytes),
             p.host
-                .start_time
-                .map_or_else(|| "-".to_string(), |s| fmt_elapsed((ctx.now.max(0.0) as u64).saturating_sub(s))),
-            p.host.container.as_ref().map(|c| format!(" · container {c}")).unwrap_or_default()
+                .cpu_percent
+                .map_or_else(|| "-".to_string(), |v| format!("{v:.0}%")),
+            p.host.rss_bytes.map_or_else(|| "-".to_string(), fmt_bytes),
+            p.host.start_time.map_or_else(
+                || "-".to_string(),
+                |s| fmt_elapsed((ctx.now.max(0.0) as u64).saturating_sub(s))
+            ),
+            p.host
+                .container
+                .as_ref()
+                .map(|c| format!(" · container {c}"))
+                .unwrap_or_default()
         )));
     }
     match &state.detail {
         None => lines.push(Line::from(Span::styled("reading /proc…", t.dim()))),
-        Some(d) => {
-            let cmd = d
-                .command
-                .clone()
-                .or_else(|| current.and_then(|(_, p)| p.host.command.clone()))
-                .unwrap_or_else(|| "(not visible here)".to_string());
-            lines.push(Line::from(vec![Span::styled("command ", t.dim()), Span::raw(cmd)]));
-            lines.push(Line::from(vec![
-                Span::styled("cwd     ", t.dim()),
-                Span::raw(d.cwd.as_ref().map_or_else(|| "-".to_string(), |p| p.display().to_string())),
-            ]));
-            let chain: Vec<String> = d.ancestors.iter().map(|a| format!("{} {}", a.pid, a.name)).collect();
-            lines.push(Line::from(vec![
-                Span::styled("parents ", t.dim()),
-                Span::raw(if chain.is_empty() { "-".to_string() } else { chain.join(" ← ") }),
-            ]));
-            if !d.children.is_empty() {
-                let kids: Vec<String> = d.children.iter().map(|c| format!("{} {}", c.pid, c.name)).collect();
-                lines.push(Line::from(vec![Span::styled("children ", t.dim()), Span::raw(kids.join(", "))]));
-            }
-            if let Some(note) = &d.env_note {
-                lines.push(Line::from(vec![Span::styled("env     ", t.dim()), Span::styled(note.clone(), t.dim())]));
-            } else if d.env.is_empty() {
-                lines.push(Line::from(vec![Span::styled("env     ", t.dim()), Span::raw("none of the GPU variables is set")]));
-            }
-            for (k, v) in &d.env {
-                lines.push(Line::from(vec![Span::styled(format!("  {k}"), t.key()), Span::raw(format!("={v}"))]));
-            }
-        }
+        Some(d) => lines.extend(proc_lines(d, current, ctx)),
     }
-    let info_h = (lines.len() as u16 + 1).min(area.height / 2 + 2).min(area.height);
-    let [info, charts] = Layout::vertical([Constraint::Length(info_h), Constraint::Min(0)]).areas(area);
-    f.render_widget(Paragraph::new(lines).wrap(Wrap { trim: false }), info);
-    if charts.height < 4 {
-        return;
-    }
-    let [mem_area, sm_area] = Layout::horizontal([Constraint::Percentage(50), Constraint::Percentage(50)]).areas(charts);
-    let points: Vec<(f64, Option<u64>, Option<f32>)> = hist.map_or_else(Vec::new, |h| {
-        h.points().map(|p| (p.t, p.used, p.sm)).collect()
-    });
-    let t0 = ctx.now;
-    let mem: Vec<(f64, f64)> = points.iter().filter_map(|(x, u, _)| u.map(|u| (x - t0, u as f64 / GIB))).collect();
-    let sm: Vec<(f64, f64)> = points.iter().filter_map(|(x, _, s)| s.map(|s| (x - t0, f64::from(s)))).collect();
-    let xmin = mem.first().map_or(-60.0, |p| p.0.min(-10.0));
-    let ymax = mem.iter().map(|p| p.1).fold(0.0, f64::max).max(0.1) * 1.1;
-    chart(f, mem_area, ctx, "GPU memory (GiB)", &mem, (xmin, 0.0), (0.0, ymax), 0);
-    chart(f, sm_area, ctx, "SM %", &sm, (xmin, 0.0), (0.0, 100.0), 2);
+    lines
 }
 
-#[allow(clippy::too_many_arguments)]
-fn chart(
-    f: &mut Frame<'_>,
-    area: Rect,
+/// What `/proc` says: command, cwd, parents, children, the environment that matters.
+fn proc_lines(
+    d: &ProcDetail,
+    current: Option<(&GpuSample, &ProcSample)>,
     ctx: &Context,
-    title: &str,
-    data: &[(f64, f64)],
-    x: (f64, f64),
-    y: (f64, f64),
-    series: usize,
-) {
+) -> Vec<Line<'static>> {
     let t = ctx.theme;
-    let ds = Dataset::default()
+    let mut lines = Vec::new();
+
+    let cmd = d
+        .command
+        .clone()
+        .or_else(|| current.and_then(|(_, p)| p.host.command.clone()))
+        .unwrap_or_else(|| "(not visible here)".to_string());
+    lines.push(Line::from(vec![
+        Span::styled("command ", t.dim()),
+        Span::raw(cmd),
+    ]));
+    lines.push(Line::from(vec![
+        Span::styled("cwd     ", t.dim()),
+        Span::raw(
+            d.cwd
+                .as_ref()
+                .map_or_else(|| "-".to_string(), |p| p.display().to_string()),
+        ),
+    ]));
+    let chain: Vec<String> = d
+        .ancestors
+        .iter()
+        .map(|a| format!("{} {}", a.pid, a.name))
+        .collect();
+    lines.push(Line::from(vec![
+        Span::styled("parents ", t.dim()),
+        Span::raw(if chain.is_empty() {
+            "-".to_string()
+        } else {
+            chain.join(" ← ")
+        }),
+    ]));
+    if !d.children.is_empty() {
+        let kids: Vec<String> = d
+            .children
+            .iter()
+            .map(|c| format!("{} {}", c.pid, c.name))
+            .collect();
+        lines.push(Line::from(vec![
+            Span::styled("children ", t.dim()),
+            Span::raw(kids.join(", ")),
+        ]));
+    }
+    if let Some(note) = &d.env_note {
+        lines.push(Line::from(vec![
+            Span::styled("env     ", t.dim()),
+            Span::styled(note.clone(), t.dim()),
+        ]));
+    } else if d.env.is_empty() {
+        lines.push(Line::from(vec![
+            Span::styled("env     ", t.dim()),
+            Span::raw("none of the GPU variables is set"),
+        ]));
+    }
+    for (k, v) in &d.env {
+        lines.push(Line::from(vec![
+            Span::styled(format!("  {k}"), t.key()),
+            Span::raw(format!("={v}")),
+        ]));
+    }
+
+    lines
+}
+
+/// One braille line chart.
+struct Series<'a> {
+    title: &'a str,
+    data: &'a [(f64, f64)],
+    x_bounds: (f64, f64),
+    y_bounds: (f64, f64),
+    colour: usize,
+}
+
+fn chart(frame: &mut Frame<'_>, area: Rect, ctx: &Context, s: &Series<'_>) {
+    let theme = ctx.theme;
+    let dataset = Dataset::default()
         .marker(Marker::Braille)
         .graph_type(GraphType::Line)
-        .style(t.chart(series))
-        .data(data);
-    let c = Chart::new(vec![ds])
-        .block(Block::default().borders(Borders::TOP).title(title.to_string()))
-        .x_axis(Axis::default().bounds([x.0, x.1]).labels(vec![Span::raw(format!("{:.0}s", x.0)), Span::raw("now")]))
-        .y_axis(Axis::default().bounds([y.0, y.1]).labels(vec![Span::raw(format!("{:.0}", y.0)), Span::raw(format!("{:.0}", y.1))]));
-    f.render_widget(c, area);
+        .style(theme.chart(s.colour))
+        .data(s.data);
+    let widget = Chart::new(vec![dataset])
+        .block(
+            Block::default()
+                .borders(Borders::TOP)
+                .title(s.title.to_string()),
+        )
+        .x_axis(
+            Axis::default()
+                .bounds([s.x_bounds.0, s.x_bounds.1])
+                .labels(vec![
+                    Span::raw(format!("{:.0}s", s.x_bounds.0)),
+                    Span::raw("now"),
+                ]),
+        )
+        .y_axis(
+            Axis::default()
+                .bounds([s.y_bounds.0, s.y_bounds.1])
+                .labels(vec![
+                    Span::raw(format!("{:.0}", s.y_bounds.0)),
+                    Span::raw(format!("{:.0}", s.y_bounds.1)),
+                ]),
+        );
+    frame.render_widget(widget, area);
 }
 
 /// A GPU's memory over time, total and split by process (the largest five), zoomable.
@@ -141,24 +272,28 @@ pub fn render_chart(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Contex
         f.render_widget(Paragraph::new("no history for this GPU yet"), area);
         return;
     };
-    let index = state
-        .shown
-        .as_ref()
-        .and_then(|fr| fr.sample.gpus.iter().find(|g| g.uuid == gpu).map(|g| g.index));
-    let total = h.latest().and_then(|p| p.total).map_or(1.0, |b| b as f64 / GIB);
+    let index = state.shown.as_ref().and_then(|fr| {
+        fr.sample
+            .gpus
+            .iter()
+            .find(|g| g.uuid == gpu)
+            .map(|g| g.index)
+    });
+    let total = h
+        .latest()
+        .and_then(|p| p.total)
+        .map_or(1.0, |b| b as f64 / GIB);
     let used: Vec<(f64, f64)> = h
         .points()
-        .iter()
         .filter(|p| p.t >= from)
         .filter_map(|p| p.used.map(|u| (p.t - ctx.now, u as f64 / GIB)))
         .collect();
-    let mut procs: Vec<(String, Vec<(f64, f64)>, f64)> = state
+    let mut procs: Vec<Line3> = state
         .history
         .processes_on(gpu)
         .map(|(k, ph)| {
             let data: Vec<(f64, f64)> = ph
                 .points()
-                .iter()
                 .filter(|p| p.t >= from)
                 .filter_map(|p| p.used.map(|u| (p.t - ctx.now, u as f64 / GIB)))
                 .collect();
@@ -193,11 +328,18 @@ pub fn render_chart(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Contex
         humantime::format_duration(span)
     );
     let c = Chart::new(datasets)
-        .block(Block::default().borders(Borders::TOP).title(cut(&title, usize::from(area.width))))
+        .block(
+            Block::default()
+                .borders(Borders::TOP)
+                .title(cut(&title, usize::from(area.width))),
+        )
         .x_axis(
             Axis::default()
                 .bounds([-span.as_secs_f64(), 0.0])
-                .labels(vec![Span::raw(format!("-{}", humantime::format_duration(span))), Span::raw("now")]),
+                .labels(vec![
+                    Span::raw(format!("-{}", humantime::format_duration(span))),
+                    Span::raw("now"),
+                ]),
         )
         .y_axis(
             Axis::default()

@@ -18,9 +18,13 @@ use crate::tui::theme::Theme;
 pub struct Split {
     pub mine: u64,
     pub external: u64,
+    /// `used − mine − external`: memory no visible process accounts for — or, when some
+    /// process's memory is unavailable (`known == false`), memory of unknown owner.
     pub unattributed: u64,
     pub free: u64,
     pub total: u64,
+    /// Every process's memory was known, so `unattributed` really is unattributed.
+    pub known: bool,
 }
 
 /// The split of a GPU's memory; `None` when memory is unknown. Processes whose memory is
@@ -29,8 +33,12 @@ pub fn split(state: &UiState, g: &GpuSample) -> Option<Split> {
     let m = g.memory?;
     let mut mine = 0u64;
     let mut external = 0u64;
+    let mut known = true;
     for p in &g.processes {
-        let Some(b) = p.used_bytes else { continue };
+        let Some(b) = p.used_bytes else {
+            known = false;
+            continue;
+        };
         if state.is_watched(p) {
             mine += b;
         } else {
@@ -44,6 +52,7 @@ pub fn split(state: &UiState, g: &GpuSample) -> Option<Split> {
         unattributed: m.used.saturating_sub(attributed),
         free: m.total.saturating_sub(m.used),
         total: m.total,
+        known,
     })
 }
 
@@ -61,7 +70,10 @@ fn bar(s: &Split, width: usize, t: Theme) -> Vec<Span<'static>> {
     vec![
         Span::styled("█".repeat(mine), t.mine()),
         Span::styled("▓".repeat(ext), t.external()),
-        Span::styled("▒".repeat(unat), t.unattributed()),
+        Span::styled(
+            "▒".repeat(unat),
+            if s.known { t.unattributed() } else { t.dim() },
+        ),
         Span::styled("░".repeat(free), t.free()),
     ]
 }
@@ -112,7 +124,7 @@ pub fn render(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Context, gri
         let r = Rect::new(
             area.x + col * col_width,
             area.y + row * grid.lines,
-            col_width.saturating_sub(if grid.columns > 1 { 1 } else { 0 }),
+            col_width.saturating_sub(u16::from(grid.columns > 1)),
             grid.lines,
         );
         if r.y + r.height > area.y + area.height {
@@ -143,7 +155,11 @@ fn memory_text(g: &GpuSample) -> String {
                 "{}/{} {:.0}%",
                 fmt_bytes(m.used),
                 fmt_bytes(m.total),
-                if m.total > 0 { m.used as f64 * 100.0 / m.total as f64 } else { 0.0 }
+                if m.total > 0 {
+                    m.used as f64 * 100.0 / m.total as f64
+                } else {
+                    0.0
+                }
             )
         },
     )
@@ -164,7 +180,11 @@ fn temp_span(g: &GpuSample, t: Theme) -> Span<'static> {
     match (g.temperature_c, g.temp_slowdown_c) {
         (Some(c), Some(s)) => Span::styled(
             format!("{c}°C/{s}"),
-            t.level(f64::from(c), f64::from(s.saturating_sub(10)), f64::from(s.saturating_sub(3))),
+            t.level(
+                f64::from(c),
+                f64::from(s.saturating_sub(10)),
+                f64::from(s.saturating_sub(3)),
+            ),
         ),
         (Some(c), None) => Span::raw(format!("{c}°C")),
         (None, _) => Span::styled("temp n/a", t.dim()),
@@ -187,7 +207,9 @@ fn panel(state: &UiState, ctx: &Context, g: &GpuSample, width: usize) -> Vec<Lin
     }
     let head = title(g);
     let mem = memory_text(g);
-    let bar_width = width.saturating_sub(head.chars().count() + mem.chars().count() + 6).min(60);
+    let bar_width = width
+        .saturating_sub(head.chars().count() + mem.chars().count() + 6)
+        .min(60);
     let mut line1 = vec![Span::styled(head, t.title()), Span::raw(" ▕")];
     if let Some(s) = split(state, g) {
         line1.extend(bar(&s, bar_width, t));
@@ -198,8 +220,11 @@ fn panel(state: &UiState, ctx: &Context, g: &GpuSample, width: usize) -> Vec<Lin
     line1.push(Span::styled(mem, used_style(g, t)));
 
     let hist = state.history.gpu(&g.uuid);
-    let util: Vec<f32> = hist.map_or_else(Vec::new, |h| h.points().filter_map(|p| p.util).collect());
-    let mem_util: Vec<f32> = hist.map_or_else(Vec::new, |h| h.points().filter_map(|p| p.mem_util).collect());
+    let util: Vec<f32> =
+        hist.map_or_else(Vec::new, |h| h.points().filter_map(|p| p.util).collect());
+    let mem_util: Vec<f32> = hist.map_or_else(Vec::new, |h| {
+        h.points().filter_map(|p| p.mem_util).collect()
+    });
     let spark_w = (width.saturating_sub(30) / 2).clamp(4, 40);
     let pct = |v: Option<f32>| v.map_or_else(|| "n/a".to_string(), |v| format!("{v:.0}%"));
     let line2 = Line::from(vec![
@@ -211,25 +236,47 @@ fn panel(state: &UiState, ctx: &Context, g: &GpuSample, width: usize) -> Vec<Lin
         Span::raw(format!(" {:>4}", pct(g.util_mem))),
     ]);
 
-    let mut line3 = vec![Span::raw("  "), temp_span(g, t), Span::raw(format!("  {}", power_text(g)))];
+    let mut line3 = vec![
+        Span::raw("  "),
+        temp_span(g, t),
+        Span::raw(format!("  {}", power_text(g))),
+    ];
     if let Some(c) = g.sm_clock_mhz {
         line3.push(Span::raw(format!("  {c}MHz")));
     }
     if let (Some(rx), Some(tx)) = (g.slow.pcie_rx_bytes_per_s, g.slow.pcie_tx_bytes_per_s) {
-        line3.push(Span::raw(format!("  PCIe ↓{} ↑{}", fmt_rate(rx), fmt_rate(tx))));
+        line3.push(Span::raw(format!(
+            "  PCIe ↓{} ↑{}",
+            fmt_rate(rx),
+            fmt_rate(tx)
+        )));
     }
     if let Some(s) = split(state, g) {
         line3.push(Span::raw("  "));
-        line3.push(Span::styled(format!("mine {}", fmt_bytes(s.mine)), t.mine()));
-        line3.push(Span::styled(format!(" ext {}", fmt_bytes(s.external)), t.external()));
-        if s.unattributed >= 1 << 20 {
-            line3.push(Span::styled(format!(" unattr {}", fmt_bytes(s.unattributed)), t.unattributed()));
+        line3.push(Span::styled(
+            format!("mine {}", fmt_bytes(s.mine)),
+            t.mine(),
+        ));
+        line3.push(Span::styled(
+            format!(" ext {}", fmt_bytes(s.external)),
+            t.external(),
+        ));
+        if !s.known {
+            line3.push(Span::styled(" unattr n/a", t.dim()));
+        } else if s.unattributed >= 1 << 20 {
+            line3.push(Span::styled(
+                format!(" unattr {}", fmt_bytes(s.unattributed)),
+                t.unattributed(),
+            ));
         }
     }
     if let Some(ttf) = hist.and_then(|h| h.time_to_full(crate::tui::state::GROWTH_WINDOW)) {
-        line3.push(Span::styled(format!("  full in {}", fmt_minutes(ttf)), t.bad()));
+        line3.push(Span::styled(
+            format!("  full in {}", fmt_minutes(ttf)),
+            t.bad(),
+        ));
     }
-    let clip = |line: Vec<Span<'static>>| clip_line(line, width);
+    let clip = |line: Vec<Span<'static>>| Line::from(clip_line(line, width));
     vec![clip(line1), clip(line2.spans), clip(line3)]
 }
 
@@ -241,7 +288,9 @@ fn compact(state: &UiState, ctx: &Context, g: &GpuSample, width: usize) -> Line<
     }
     let head = title(g);
     let mem = memory_text(g);
-    let util = g.util_gpu.map_or_else(|| "n/a".to_string(), |v| format!("{v:.0}%"));
+    let util = g
+        .util_gpu
+        .map_or_else(|| "n/a".to_string(), |v| format!("{v:.0}%"));
     let tail = format!(" util {util} ");
     let bar_width = width
         .saturating_sub(head.chars().count() + mem.chars().count() + tail.chars().count() + 16)
@@ -315,6 +364,7 @@ mod tests {
             unattributed: 10,
             free: 30,
             total: 100,
+            known: true,
         };
         let spans = bar(&s, 20, Theme::new(false));
         let n: usize = spans.iter().map(|s| s.content.chars().count()).sum();

@@ -1,5 +1,7 @@
 //! The header line, the findings panel and the footer.
 
+use std::fmt::Write as _;
+
 use ratatui::Frame;
 use ratatui::layout::Rect;
 use ratatui::text::{Line, Span};
@@ -33,7 +35,10 @@ pub fn render(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Context) {
             t.bad(),
         ));
     } else {
-        spans.push(Span::styled(format!("sample {:.1}s ago", ctx.age(frame).as_secs_f64()), t.dim()));
+        spans.push(Span::styled(
+            format!("sample {:.1}s ago", ctx.age(frame).as_secs_f64()),
+            t.dim(),
+        ));
     }
     if state.paused {
         spans.push(Span::raw(" · "));
@@ -42,7 +47,10 @@ pub fn render(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Context) {
     let n = findings(state, ctx.mono).len();
     if n > 0 {
         spans.push(Span::raw(" · "));
-        spans.push(Span::styled(format!("{n} finding{}", if n == 1 { "" } else { "s" }), t.warn()));
+        spans.push(Span::styled(
+            format!("{n} finding{}", if n == 1 { "" } else { "s" }),
+            t.warn(),
+        ));
     }
     f.render_widget(Paragraph::new(Line::from(spans)), area);
 }
@@ -63,14 +71,20 @@ pub fn findings(state: &UiState, mono: std::time::Instant) -> Vec<String> {
                 mono.saturating_duration_since(c.since).as_secs_f64()
             )
         });
-        out.push(format!("source stale: no sample for {:.0}s{waiting}", age.as_secs_f64()));
+        out.push(format!(
+            "source stale: no sample for {:.0}s{waiting}",
+            age.as_secs_f64()
+        ));
     }
     for e in &frame.sample.errors {
         out.push(format!("{}: {}", e.call, e.error));
     }
     for g in &frame.sample.gpus {
         if g.lost {
-            out.push(format!("GPU {} lost: it fell off the bus or is being reset", g.index));
+            out.push(format!(
+                "GPU {} lost: it fell off the bus or is being reset",
+                g.index
+            ));
         }
         for e in &g.errors {
             if g.lost && e.error == "GpuLost" {
@@ -95,9 +109,12 @@ pub fn render_findings(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Con
             .map(|(i, s)| {
                 let mut text = format!("! {s}");
                 if more > 0 && i + 1 == usize::from(area.height) {
-                    text.push_str(&format!("  (+{more} more)"));
+                    let _ = write!(text, "  (+{more} more)");
                 }
-                Line::from(Span::styled(super::cut(&text, usize::from(area.width)), t.warn()))
+                Line::from(Span::styled(
+                    super::cut(&text, usize::from(area.width)),
+                    t.warn(),
+                ))
             })
             .collect()
     };
@@ -141,7 +158,11 @@ pub fn render_footer(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Conte
         hint(
             &mut spans,
             "s",
-            format!("sort:{}{}", sort_name(state.sort), if state.descending { "↓" } else { "↑" }),
+            format!(
+                "sort:{}{}",
+                sort_name(state.sort),
+                if state.descending { "↓" } else { "↑" }
+            ),
         );
         let filter = if state.filter.is_empty() {
             "filter".to_string()
@@ -159,7 +180,15 @@ pub fn render_footer(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Conte
         if !state.read_only {
             hint(&mut spans, "K", "kill".into());
         }
-        hint(&mut spans, "p", if state.paused { "resume".into() } else { "pause".into() });
+        hint(
+            &mut spans,
+            "p",
+            if state.paused {
+                "resume".into()
+            } else {
+                "pause".into()
+            },
+        );
         Line::from(spans)
     };
     f.render_widget(Paragraph::new(line), area);

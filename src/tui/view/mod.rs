@@ -97,7 +97,9 @@ pub fn areas(state: &UiState, full: Rect, mono: std::time::Instant) -> Areas {
     let header = take(&mut y, 1);
     let gpus = take(&mut y, gpu_height);
     let fixed_after = findings + 1;
-    let body_h = (full.y + full.height).saturating_sub(y).saturating_sub(fixed_after);
+    let body_h = (full.y + full.height)
+        .saturating_sub(y)
+        .saturating_sub(fixed_after);
     let body = take(&mut y, body_h);
     let findings = take(&mut y, findings);
     let footer = take(&mut y, 1);

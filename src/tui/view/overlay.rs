@@ -12,7 +12,12 @@ use crate::tui::state::{KillStage, UiState};
 fn centered(full: Rect, width: u16, height: u16) -> Rect {
     let w = width.min(full.width);
     let h = height.min(full.height);
-    Rect::new(full.x + (full.width - w) / 2, full.y + (full.height - h) / 2, w, h)
+    Rect::new(
+        full.x + (full.width - w) / 2,
+        full.y + (full.height - h) / 2,
+        w,
+        h,
+    )
 }
 
 pub fn render_help(f: &mut Frame<'_>, full: Rect, ctx: &Context) {
@@ -39,7 +44,11 @@ pub fn render_help(f: &mut Frame<'_>, full: Rect, ctx: &Context) {
     let area = centered(full, 60, lines.len() as u16 + 2);
     f.render_widget(Clear, area);
     f.render_widget(
-        Paragraph::new(lines).block(Block::default().borders(Borders::ALL).title(" keys (? or Esc to close) ")),
+        Paragraph::new(lines).block(
+            Block::default()
+                .borders(Borders::ALL)
+                .title(" keys (? or Esc to close) "),
+        ),
         area,
     );
 }
@@ -73,9 +82,11 @@ pub fn render_kill(f: &mut Frame<'_>, full: Rect, state: &UiState, ctx: &Context
     let area = centered(full, 70, 7);
     f.render_widget(Clear, area);
     f.render_widget(
-        Paragraph::new(lines)
-            .wrap(Wrap { trim: true })
-            .block(Block::default().borders(Borders::ALL).title(" signal a process ")),
+        Paragraph::new(lines).wrap(Wrap { trim: true }).block(
+            Block::default()
+                .borders(Borders::ALL)
+                .title(" signal a process "),
+        ),
         area,
     );
 }

@@ -67,6 +67,9 @@ pub fn run(cli: Cli) -> Result<u8> {
         }
         _ => {}
     }
+    if let Some(path) = &cli.global.log_file {
+        init_log(path)?;
+    }
     let config = load_config(&cli)?;
     match cli.command {
         Some(Command::PrintConfig) => {
@@ -79,6 +82,28 @@ pub fn run(cli: Cli) -> Result<u8> {
         None | Some(Command::Tui) => dashboard(&cli.global, &config),
         Some(Command::Completions { .. } | Command::Man) => Ok(0),
     }
+}
+
+/// Logs go to a file, never to the terminal the dashboard draws on.
+fn init_log(path: &Path) -> Result<()> {
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(|e| {
+            Failure::setup(format!(
+                "cannot open the log file '{}': {e}",
+                path.display()
+            ))
+        })?;
+    let filter = tracing_subscriber::EnvFilter::try_from_env("GPUWATCH_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::sync::Mutex::new(file))
+        .with_ansi(false)
+        .try_init()
+        .map_err(|e| Failure::setup(format!("cannot start logging: {e}")))
 }
 
 fn load_config(cli: &Cli) -> Result<Config> {

@@ -54,6 +54,9 @@ pub struct GlobalArgs {
     /// Never colour the output (same as --color never; the `NO_COLOR` variable does the same).
     #[arg(long, global = true, conflicts_with = "color")]
     pub no_color: bool,
+    /// Write a log to this file (never to the screen). Level from `GPUWATCH_LOG` (default info).
+    #[arg(long, global = true, value_name = "PATH")]
+    pub log_file: Option<PathBuf>,
     /// Disable every action that changes something (signalling processes from the dashboard).
     #[arg(long, global = true)]
     pub read_only: bool,

@@ -71,6 +71,10 @@ pub fn perform(state: &mut UiState, effect: Effect) {
             sig,
         } => {
             let result = crate::signal::send(pid, start_time, sig).map_err(|e| e.to_string());
+            match &result {
+                Ok(()) => tracing::info!(pid, signal = sig.name(), "signal sent"),
+                Err(e) => tracing::warn!(pid, signal = sig.name(), error = %e, "signal not sent"),
+            }
             state.signal_result(sig, result);
             if sig == Sig::Kill {
                 state.message = Some(format!("SIGKILL sent to PID {pid}"));
@@ -130,6 +134,26 @@ fn simulated_tree(state: &UiState, pids: &[u32]) -> Vec<procdetail::TreeRow> {
     procdetail::forest_from(&entries, pids)
 }
 
+/// Logs each kind of source error once (and when it clears), not on every frame.
+fn log_errors(frame: &crate::model::Frame, logged: &mut std::collections::BTreeSet<String>) {
+    let mut now = std::collections::BTreeSet::new();
+    for e in &frame.sample.errors {
+        now.insert(format!("{}: {}", e.call, e.error));
+    }
+    for g in &frame.sample.gpus {
+        for e in &g.errors {
+            now.insert(format!("GPU {} {}: {}", g.index, e.call, e.error));
+        }
+    }
+    for new in now.difference(logged) {
+        tracing::warn!(error = %new, "source error");
+    }
+    for gone in logged.difference(&now) {
+        tracing::info!(error = %gone, "source error cleared");
+    }
+    *logged = now;
+}
+
 fn context(theme: Theme) -> Context {
     Context {
         now: SystemTime::now()
@@ -178,6 +202,7 @@ async fn run_loop(sampler: &Sampler, watch: WatchSet, options: &TuiOptions) -> s
         state.on_frame(f);
     }
     let mut source_open = true;
+    let mut logged = std::collections::BTreeSet::new();
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut dirty = true;
@@ -203,6 +228,9 @@ async fn run_loop(sampler: &Sampler, watch: WatchSet, options: &TuiOptions) -> s
                 dirty = true;
                 if changed.is_ok() {
                     let frame = frames.borrow_and_update().clone();
+                    if let Some(f) = &frame {
+                        log_errors(f, &mut logged);
+                    }
                     frame.map_or(Effect::None, |f| state.on_frame(f))
                 } else {
                     source_open = false;

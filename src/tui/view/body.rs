@@ -63,7 +63,7 @@ const COLS: [Col; 13] = [
     },
     Col {
         name: "MiB/min",
-        width: 7,
+        width: 8,
         right: true,
         sort: Some(SortKey::Growth),
     },

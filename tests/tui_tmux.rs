@@ -1,0 +1,268 @@
+//! The dashboard end to end: the real binary in a real terminal (tmux), driven by keys, read
+//! back from the screen. `.ci/run` installs tmux when it is missing.
+
+mod common;
+
+use std::fmt::Write as _;
+use std::os::unix::process::ExitStatusExt;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::{ScenarioFile, Sleeper, fake_nvml, gpuwatch_bin};
+
+/// A tmux server of our own (its own socket), killed on drop.
+struct Tmux {
+    socket: String,
+}
+
+impl Tmux {
+    /// Starts `command` in a detached 120×40 session. The pane's shell reports the exit code
+    /// and the terminal modes once gpuwatch is gone.
+    fn start(name: &str, env: &[(&str, String)], args: &str) -> Self {
+        assert!(
+            Command::new("tmux")
+                .arg("-V")
+                .output()
+                .is_ok_and(|o| o.status.success()),
+            "tmux is needed for this test (apt-get install tmux; .ci/run installs it)"
+        );
+        let socket = format!("gpuwatch-test-{}-{name}", std::process::id());
+        let exports = env.iter().fold(String::new(), |mut acc, (k, v)| {
+            let _ = write!(acc, "export {k}='{v}'; ");
+            acc
+        });
+        let script = format!(
+            "{exports}'{}' {args}; echo \"EXITED rc=$?\"; stty -a | tr ' ;' '\\n\\n' | grep -x -e icanon -e -icanon -e echo -e -echo | tr '\\n' ' '; echo; sleep 60",
+            gpuwatch_bin()
+        );
+        let status = Command::new("tmux")
+            .args([
+                "-L",
+                &socket,
+                "-f",
+                "/dev/null",
+                "new-session",
+                "-d",
+                "-s",
+                "t",
+                "-x",
+                "120",
+                "-y",
+                "40",
+            ])
+            .arg(script)
+            .env("NO_COLOR", "1")
+            .env("XDG_CONFIG_HOME", "/nonexistent-gpuwatch-test")
+            .status()
+            .expect("tmux runs");
+        assert!(status.success());
+        Self { socket }
+    }
+
+    fn tmux(&self, args: &[&str]) -> String {
+        let out = Command::new("tmux")
+            .args(["-L", &self.socket])
+            .args(args)
+            .output()
+            .expect("tmux runs");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn screen(&self) -> String {
+        self.tmux(&["capture-pane", "-p", "-t", "t"])
+    }
+
+    fn keys(&self, keys: &[&str]) {
+        for k in keys {
+            self.tmux(&["send-keys", "-t", "t", k]);
+        }
+    }
+
+    /// Waits until the screen satisfies `pred` (10 s at most); returns the screen.
+    fn wait_for(&self, what: &str, pred: impl Fn(&str) -> bool) -> String {
+        let started = Instant::now();
+        loop {
+            let s = self.screen();
+            if pred(&s) {
+                return s;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "timed out waiting for {what}; screen:\n{s}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn alternate_screen(&self) -> bool {
+        self.tmux(&["display", "-p", "-t", "t", "#{alternate_on}"])
+            .trim()
+            == "1"
+    }
+
+    /// The PID of gpuwatch: the pane's shell's child.
+    fn gpuwatch_pid(&self) -> u32 {
+        let shell: u32 = self
+            .tmux(&["list-panes", "-t", "t", "-F", "#{pane_pid}"])
+            .trim()
+            .parse()
+            .expect("pane pid");
+        let out = Command::new("pgrep")
+            .args(["-P", &shell.to_string()])
+            .output()
+            .expect("pgrep");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .find_map(|l| l.trim().parse().ok())
+            .expect("gpuwatch runs in the pane")
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .args(["-L", &self.socket, "kill-server"])
+            .status();
+    }
+}
+
+#[test]
+fn demo_sort_filter_detail_and_quit() {
+    let t = Tmux::start("demo", &[], "--demo --interval 200ms");
+    let s = t.wait_for("the demo's GPUs", |s| {
+        s.contains("GPU 3 H200") && s.contains("4120")
+    });
+    assert!(
+        t.alternate_screen(),
+        "the dashboard uses the alternate screen"
+    );
+    assert!(s.contains("GPU-MEM↓"), "sorted by memory at first:\n{s}");
+    // Sort: `s` moves to the next column (growth).
+    t.keys(&["s"]);
+    t.wait_for("sort by growth", |s| {
+        s.contains("sort:growth") && s.contains("MiB/min↓")
+    });
+    // Filter: only bob's process is left.
+    t.keys(&["/", "b", "o", "b", "Enter"]);
+    let s = t.wait_for("the filter", |s| s.contains("filter:bob"));
+    assert!(
+        s.contains(" 4120 ") && !s.contains(" 2101 "),
+        "filtered:\n{s}"
+    );
+    // Detail of the selected (only) process.
+    t.keys(&["Enter"]);
+    let s = t.wait_for("the detail view", |s| s.contains("PID 4120 · bob"));
+    assert!(s.contains("python eval.py --model llama-70b"), "{s}");
+    assert!(s.contains("GPU memory (GiB)"), "history chart:\n{s}");
+    // Help, then back, then quit.
+    t.keys(&["Escape", "?"]);
+    t.wait_for("the help", |s| s.contains("keys (? or Esc to close)"));
+    t.keys(&["Escape", "q"]);
+    let s = t.wait_for("exit", |s| s.contains("EXITED") && s.contains("icanon"));
+    assert!(s.contains("EXITED rc=0"), "{s}");
+    assert!(
+        !t.alternate_screen(),
+        "the terminal left the alternate screen"
+    );
+    assert!(
+        s.contains("icanon echo"),
+        "the terminal modes are restored:\n{s}"
+    );
+}
+
+#[test]
+fn sigterm_restores_the_terminal() {
+    let t = Tmux::start("term", &[], "--demo");
+    t.wait_for("the dashboard", |s| s.contains("GPU 0 H200"));
+    let pid = t.gpuwatch_pid();
+    let status = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    let s = t.wait_for("exit after SIGTERM", |s| {
+        s.contains("EXITED") && s.contains("icanon")
+    });
+    assert!(s.contains("EXITED rc=0"), "{s}");
+    assert!(!t.alternate_screen());
+    assert!(s.contains("icanon echo"), "raw mode undone:\n{s}");
+}
+
+#[test]
+fn live_source_on_the_double_signals_a_real_process() {
+    let mut victim = Sleeper::spawn();
+    let victim_pid = victim.pid();
+    let other = Sleeper::spawn();
+    let sc = ScenarioFile::new(&format!(
+        r#"
+[[gpu]]
+memory_total = "80GiB"
+[[gpu.process]]
+pid = {}
+used = "30GiB"
+sm = 50
+[[gpu.process]]
+pid = {}
+used = "10GiB"
+"#,
+        victim.pid(),
+        other.pid()
+    ));
+    let env = [
+        ("GPUWATCH_NVML_LIB", fake_nvml().display().to_string()),
+        ("FAKE_NVML_SCENARIO", sc.path.display().to_string()),
+    ];
+    let log = sc.dir.path().join("gpuwatch.log");
+    let t = Tmux::start(
+        "live",
+        &env,
+        &format!("--interval 200ms --log-file '{}'", log.display()),
+    );
+    let s = t.wait_for("the live processes", |s| {
+        s.contains(&format!(" {} ", victim.pid())) && s.contains("sleep 300")
+    });
+    assert!(s.contains("live"), "the header names the live source:\n{s}");
+    // The first row is the largest: the victim. Ask to signal it, then confirm.
+    t.keys(&["K"]);
+    let s = t.wait_for("the confirmation", |s| s.contains("Send SIGTERM?"));
+    assert!(s.contains(&format!("PID {}", victim.pid())), "{s}");
+    t.keys(&["y"]);
+    t.wait_for("the signal was sent", |s| s.contains("SIGTERM sent"));
+    let status = victim.0.wait().expect("the victim exits");
+    assert_eq!(status.signal(), Some(15), "killed by SIGTERM");
+    // The other process is untouched.
+    assert!(std::path::Path::new(&format!("/proc/{}", other.pid())).exists());
+    t.keys(&["Escape", "q"]);
+    let s = t.wait_for("exit", |s| s.contains("EXITED rc=0"));
+    // The log went to its file, not to the screen.
+    let logged = std::fs::read_to_string(&log).expect("log file");
+    assert!(
+        logged.contains("signal sent") && logged.contains(&victim_pid.to_string()),
+        "{logged}"
+    );
+    assert!(!s.contains("signal sent"), "{s}");
+}
+
+#[test]
+fn read_only_never_signals() {
+    let victim = Sleeper::spawn();
+    let sc = ScenarioFile::new(&format!(
+        "[[gpu]]\nmemory_total = \"80GiB\"\n[[gpu.process]]\npid = {}\nused = \"30GiB\"\n",
+        victim.pid()
+    ));
+    let env = [
+        ("GPUWATCH_NVML_LIB", fake_nvml().display().to_string()),
+        ("FAKE_NVML_SCENARIO", sc.path.display().to_string()),
+    ];
+    let t = Tmux::start("ro", &env, "--read-only --interval 200ms");
+    t.wait_for("the process", |s| {
+        s.contains(&format!(" {} ", victim.pid()))
+    });
+    t.keys(&["K"]);
+    t.wait_for("the refusal", |s| {
+        s.contains("read-only: signals are disabled")
+    });
+    t.keys(&["y", "q"]);
+    t.wait_for("exit", |s| s.contains("EXITED rc=0"));
+    assert!(std::path::Path::new(&format!("/proc/{}", victim.pid())).exists());
+}

@@ -266,3 +266,31 @@ fn read_only_never_signals() {
     t.wait_for("exit", |s| s.contains("EXITED rc=0"));
     assert!(std::path::Path::new(&format!("/proc/{}", victim.pid())).exists());
 }
+
+#[test]
+fn keys_are_answered_while_the_source_hangs() {
+    // From t = 1 s every memory call takes a minute: the sampler is stuck, the UI is not.
+    let sc = ScenarioFile::new(
+        "[[gpu]]\nmemory_total = \"80GiB\"\nfaults.slow = [{ call = \"memory\", ms = 60000, from = 1 }]\n",
+    );
+    let t = Tmux::start(
+        "hang",
+        &[],
+        &format!("--scenario '{}' --interval 200ms", sc.path.display()),
+    );
+    t.wait_for("the first frames", |s| s.contains("GPU 0 H200"));
+    let s = t.wait_for("the stale marker", |s| s.contains("STALE"));
+    assert!(
+        s.contains("memory_info on GPU 0 has not returned"),
+        "names the call:\n{s}"
+    );
+    let asked = Instant::now();
+    t.keys(&["?"]);
+    t.wait_for("the help", |s| s.contains("keys (? or Esc to close)"));
+    assert!(
+        asked.elapsed() < Duration::from_secs(2),
+        "answered while hung"
+    );
+    t.keys(&["Escape", "q"]);
+    t.wait_for("exit", |s| s.contains("EXITED rc=0"));
+}

@@ -1,0 +1,203 @@
+//! The dashboard's state machine without a terminal: navigation, sorting, pause, watching,
+//! the mouse, and the kill dialog's stages. Scripted frames, so every step is deterministic.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use gpuwatch::model::{Frame, SourceKind};
+use gpuwatch::signal::Sig;
+use gpuwatch::source::GpuSource;
+use gpuwatch::source::scripted::{DEMO_START, ScriptedSource};
+use gpuwatch::tui::state::{Command, Effect, KillStage, SortKey, UiState, View};
+use gpuwatch::watch::WatchSet;
+
+fn frame(src: &ScriptedSource, seq: u64, t: f64, kind: SourceKind) -> Arc<Frame> {
+    let mut info = src.info();
+    info.kind = kind;
+    Arc::new(Frame {
+        seq,
+        source: Arc::new(info),
+        sample: src.sample_at(t, 1_795_953_600.0 + t),
+        published: Instant::now(),
+        interval: Duration::from_secs(1),
+    })
+}
+
+fn demo_state(kind: SourceKind) -> (UiState, ScriptedSource) {
+    let src = ScriptedSource::demo().expect("demo");
+    let mut st = UiState::new(
+        WatchSet::new(Vec::new(), Some("alice".into())),
+        Duration::from_mins(10),
+        false,
+    );
+    st.update(Command::Resize(120, 40));
+    st.on_frame(frame(&src, 1, DEMO_START, kind));
+    (st, src)
+}
+
+fn pids(st: &UiState) -> Vec<u32> {
+    let f = st.shown.as_ref().expect("frame");
+    st.rows
+        .iter()
+        .map(|r| f.sample.gpus[r.gpu].processes[r.proc].pid)
+        .collect()
+}
+
+#[test]
+fn sorting_cycles_reverses_and_keeps_the_selection() {
+    let (mut st, _) = demo_state(SourceKind::Demo);
+    assert_eq!(pids(&st)[0], 2350, "largest memory first");
+    st.update(Command::Down);
+    let chosen = st.selected_row().map(|(_, p)| p.pid);
+    st.update(Command::SortBy(SortKey::Pid));
+    assert_eq!(pids(&st), vec![2101, 2207, 2350, 3011, 4120, 91234]);
+    assert_eq!(
+        st.selected_row().map(|(_, p)| p.pid),
+        chosen,
+        "the cursor follows its process"
+    );
+    st.update(Command::SortReverse);
+    assert_eq!(pids(&st)[0], 91234);
+    st.update(Command::SortBy(SortKey::Pid));
+    assert_eq!(pids(&st)[0], 2101, "the same key again flips the order");
+    st.update(Command::SortNext);
+    assert_eq!(st.sort, SortKey::User);
+}
+
+#[test]
+fn navigation_stays_in_bounds_and_the_mouse_selects() {
+    let (mut st, _) = demo_state(SourceKind::Demo);
+    st.update(Command::End);
+    assert_eq!(st.selected, 5);
+    st.update(Command::Down);
+    assert_eq!(st.selected, 5);
+    st.update(Command::Home);
+    st.update(Command::Up);
+    assert_eq!(st.selected, 0);
+    st.update(Command::PageDown);
+    assert_eq!(st.selected, 5);
+    // A click on the third process row selects it.
+    let body = gpuwatch::tui::view::table_body(&st);
+    st.update(Command::Click(body.x + 5, body.y + 2));
+    assert_eq!(st.selected, 2);
+    st.update(Command::ScrollUp);
+    assert_eq!(st.selected, 0);
+}
+
+#[test]
+fn pause_freezes_the_screen_while_frames_keep_coming() {
+    let (mut st, src) = demo_state(SourceKind::Demo);
+    st.update(Command::TogglePause);
+    st.on_frame(frame(&src, 2, DEMO_START + 60.0, SourceKind::Demo));
+    assert_eq!(st.shown.as_ref().map(|f| f.seq), Some(1), "screen frozen");
+    assert_eq!(
+        st.latest.as_ref().map(|f| f.seq),
+        Some(2),
+        "frames still arrive"
+    );
+    st.update(Command::TogglePause);
+    assert_eq!(st.shown.as_ref().map(|f| f.seq), Some(2));
+}
+
+#[test]
+fn watching_a_process_and_a_user() {
+    let (mut st, _) = demo_state(SourceKind::Demo);
+    st.update(Command::SortBy(SortKey::Pid));
+    while st.selected_row().map(|(_, p)| p.pid) != Some(4120) {
+        st.update(Command::Down);
+    }
+    let bob = st.selected_row().map(|(_, p)| p.clone()).expect("row");
+    assert!(!st.is_watched(&bob));
+    st.update(Command::ToggleWatchPid);
+    assert!(st.is_watched(&bob));
+    st.update(Command::ToggleWatchPid);
+    assert!(!st.is_watched(&bob));
+    st.update(Command::ToggleWatchUser);
+    assert!(st.is_watched(&bob));
+    assert!(
+        st.message
+            .as_deref()
+            .unwrap_or("")
+            .contains("user bob watched")
+    );
+}
+
+#[test]
+fn filter_gpu_choice_and_back() {
+    let (mut st, _) = demo_state(SourceKind::Demo);
+    st.update(Command::CycleGpu);
+    assert_eq!(st.gpu_filter, Some(0));
+    assert!(pids(&st).iter().all(|p| [2101, 91234].contains(p)));
+    st.update(Command::Back);
+    assert_eq!(st.gpu_filter, None);
+    st.update(Command::FilterStart);
+    for c in "CAROL".chars() {
+        st.update(Command::FilterInput(c));
+    }
+    assert_eq!(pids(&st), vec![3011], "case-insensitive over the user");
+    st.update(Command::FilterCancel);
+    assert_eq!(pids(&st).len(), 6);
+}
+
+#[test]
+fn kill_asks_then_sends_term_then_kill() {
+    let (mut st, _) = demo_state(SourceKind::Live);
+    st.update(Command::SortBy(SortKey::Pid));
+    st.update(Command::Home);
+    assert_eq!(
+        st.update(Command::Confirm),
+        Effect::None,
+        "nothing without a dialog"
+    );
+    st.update(Command::Kill);
+    let k = st.kill.clone().expect("dialog");
+    assert_eq!(k.pid, 2101);
+    assert_eq!(k.stage, KillStage::Confirm);
+    assert_eq!(
+        st.update(Command::ConfirmKill),
+        Effect::None,
+        "no SIGKILL before SIGTERM"
+    );
+    let effect = st.update(Command::Confirm);
+    assert_eq!(
+        effect,
+        Effect::Signal {
+            pid: 2101,
+            start_time: k.start_time,
+            sig: Sig::Term
+        }
+    );
+    st.signal_result(Sig::Term, Ok(()));
+    assert!(matches!(
+        st.update(Command::ConfirmKill),
+        Effect::Signal { sig: Sig::Kill, .. }
+    ));
+    st.signal_result(
+        Sig::Kill,
+        Err("PID 2101 now belongs to another process".into()),
+    );
+    assert!(
+        matches!(st.kill.as_ref().map(|k| &k.stage), Some(KillStage::Failed(m)) if m.contains("another process"))
+    );
+    st.update(Command::Back);
+    assert!(st.kill.is_none());
+}
+
+#[test]
+fn views_open_and_close() {
+    let (mut st, _) = demo_state(SourceKind::Demo);
+    assert!(matches!(
+        st.update(Command::OpenDetail),
+        Effect::LoadDetail(2350)
+    ));
+    assert!(matches!(st.view, View::Detail(_)));
+    st.update(Command::Back);
+    assert_eq!(st.view, View::Table);
+    st.update(Command::OpenChart);
+    assert!(matches!(st.view, View::Chart { .. }));
+    let span = st.chart_span;
+    st.update(Command::ZoomOut);
+    assert_eq!(st.chart_span, span + 1);
+    st.update(Command::Back);
+    assert_eq!(st.update(Command::Quit), Effect::Quit);
+}

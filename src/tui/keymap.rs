@@ -352,3 +352,18 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod readme {
+    use super::BINDINGS;
+
+    /// The README's key table lists every binding, so the two cannot drift apart.
+    #[test]
+    fn readme_lists_every_binding() {
+        let readme = include_str!("../../README.md");
+        for b in BINDINGS {
+            let row = format!("| `{}` | {} |", b.label, b.help);
+            assert!(readme.contains(&row), "README.md lacks the key row {row}");
+        }
+    }
+}

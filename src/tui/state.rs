@@ -205,6 +205,8 @@ pub struct UiState {
     pub watch: WatchSet,
     pub extra_pids: BTreeSet<u32>,
     pub extra_users: BTreeSet<String>,
+    /// PIDs of the shown frame that are "mine".
+    watched: std::collections::HashSet<u32>,
     pub read_only: bool,
     pub kill: Option<KillPrompt>,
     pub detail: Option<ProcDetail>,
@@ -241,6 +243,7 @@ impl UiState {
             watch,
             extra_pids: BTreeSet::new(),
             extra_users: BTreeSet::new(),
+            watched: std::collections::HashSet::new(),
             read_only,
             kill: None,
             detail: None,
@@ -276,8 +279,14 @@ impl UiState {
         }
     }
 
-    /// Whether a process is "mine": the configured watch set or one marked with `w`/`W`.
+    /// Whether a process is "mine" (decided when the frame arrived or the watch set changed,
+    /// so drawing never walks `/proc` for `pid:N` specs).
     pub fn is_watched(&self, p: &ProcSample) -> bool {
+        self.watched.contains(&p.pid)
+    }
+
+    /// The configured watch set or a process or user marked with `w`/`W`.
+    fn matches_watch(&self, p: &ProcSample) -> bool {
         self.extra_pids.contains(&p.pid)
             || p.host
                 .user
@@ -368,6 +377,14 @@ impl UiState {
             self.rows.clear();
             return;
         };
+        self.watched = frame
+            .sample
+            .gpus
+            .iter()
+            .flat_map(|g| &g.processes)
+            .filter(|p| self.matches_watch(p))
+            .map(|p| p.pid)
+            .collect();
         let needle = self.filter.to_lowercase();
         let mut rows: Vec<RowRef> = Vec::new();
         for (gi, g) in frame.sample.gpus.iter().enumerate() {
@@ -675,6 +692,7 @@ impl UiState {
             let watched = !self.extra_users.remove(&user) && self.extra_users.insert(user.clone());
             (format!("user {user}"), watched)
         };
+        self.rebuild_rows();
         self.message = Some(format!(
             "{what} {}",
             if now_watched {

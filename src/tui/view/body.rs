@@ -221,7 +221,7 @@ pub fn render_table(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Contex
         cut(&header_line(state, &shown, width), width),
         t.header(),
     ))];
-    let body = super::table_body(state);
+    let body = super::table_body_at(state, ctx.mono);
     let page = usize::from(body.height.min(area.height.saturating_sub(1)));
     let Some(frame) = state.shown.as_ref() else {
         f.render_widget(Paragraph::new(lines), area);

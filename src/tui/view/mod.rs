@@ -122,9 +122,14 @@ pub fn table_rows(state: &UiState) -> usize {
 }
 
 /// Where the table's process rows are drawn (below its header line, above the unattributed
-/// rows).
+/// rows), now.
 pub fn table_body(state: &UiState) -> Rect {
-    let body = areas(state, full_area(state), std::time::Instant::now()).body;
+    table_body_at(state, std::time::Instant::now())
+}
+
+/// The same at a given moment (staleness adds a findings line).
+pub fn table_body_at(state: &UiState, mono: std::time::Instant) -> Rect {
+    let body = areas(state, full_area(state), mono).body;
     let reserved = 1 + body::unattributed_rows(state).len() as u16;
     Rect::new(
         body.x,

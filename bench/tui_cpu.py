@@ -256,6 +256,10 @@ def main():
         print(f"screens: {OUTDIR}/gpuwatch.txt" + (f", {OUTDIR}/nvitop.txt" if py else ""))
     finally:
         tmux("kill-server", check=False)
+        try:  # kill-server leaves the socket file behind
+            os.unlink(os.path.join(os.environ.get("TMUX_TMPDIR", "/tmp"), f"tmux-{os.getuid()}", SOCKET))
+        except OSError:
+            pass
         for s in sleepers:
             s.kill()
         for s in sleepers:

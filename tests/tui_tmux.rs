@@ -120,9 +120,15 @@ impl Tmux {
 
 impl Drop for Tmux {
     fn drop(&mut self) {
+        // kill-server leaves the socket file behind: remove it too.
+        let path = self.tmux(&["display", "-p", "#{socket_path}"]);
         let _ = Command::new("tmux")
             .args(["-L", &self.socket, "kill-server"])
             .status();
+        let path = path.trim();
+        if !path.is_empty() {
+            let _ = std::fs::remove_file(path);
+        }
     }
 }
 

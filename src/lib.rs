@@ -2,9 +2,11 @@
 //! job fit?". The binary is a thin shell over this library; every front end (snapshot, pick,
 //! the dashboard, the daemon) consumes the same frames from the sampler.
 
+pub mod alert;
 pub mod app;
 pub mod cli;
 pub mod config;
+pub mod detect;
 pub mod history;
 pub mod model;
 pub mod output;

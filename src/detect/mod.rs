@@ -1,0 +1,71 @@
+//! The detector: pure rules over the history of frames, and the lifecycle of what they find.
+//!
+//! `evaluate(&History, &Sample, &Rules, …) -> Vec<Finding>` is pure; [`Detector`] keeps the
+//! open findings and turns each evaluation into `Opened` / `Updated` / `Resolved` events.
+
+pub mod finding;
+
+use std::time::Duration;
+
+pub use finding::{Culprit, Finding, FindingEvent, FindingId, RuleKind, Severity};
+
+/// Thresholds of every rule. Defaults are the issue's; all live in the config file's
+/// `[detect]` section.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rules {
+    /// Near capacity: used/total at or above this fraction warns…
+    pub near_capacity_warn: f64,
+    /// …and at or above this one is critical.
+    pub near_capacity_critical: f64,
+    /// Free memory below this is near capacity too, whatever the fraction.
+    pub near_capacity_headroom: u64,
+    /// An open near-capacity finding clears only this far (a fraction) below the line.
+    pub near_capacity_hysteresis: f64,
+    /// The condition must hold this long before it opens.
+    pub near_capacity_min_duration: Duration,
+    /// Filling up: the slope of used memory over this window…
+    pub filling_window: Duration,
+    /// …fires when the GPU would be full within this horizon…
+    pub filling_horizon: Duration,
+    /// …and grows at least this fast (bytes per second).
+    pub filling_min_rate: f64,
+    /// Leak suspected: ignore a process's first this long (loading, warm-up)…
+    pub leak_warmup: Duration,
+    /// …then a ramp sustained this long is a leak…
+    pub leak_sustain: Duration,
+    /// …if it grows at least this fast (bytes per second).
+    pub leak_min_rate: f64,
+    /// External pressure: a rise of external memory over this window…
+    pub external_window: Duration,
+    /// …by more than this many bytes…
+    pub external_rise: u64,
+    /// …or headroom lower than the watched processes' growth over this horizon.
+    pub external_horizon: Duration,
+    /// Idle holder: at least this much memory…
+    pub idle_min_bytes: u64,
+    /// …with 0 % SM for this long.
+    pub idle_duration: Duration,
+}
+
+impl Default for Rules {
+    fn default() -> Self {
+        Self {
+            near_capacity_warn: 0.90,
+            near_capacity_critical: 0.97,
+            near_capacity_headroom: 2 << 30,
+            near_capacity_hysteresis: 0.05,
+            near_capacity_min_duration: Duration::from_secs(10),
+            filling_window: Duration::from_secs(15),
+            filling_horizon: Duration::from_mins(15),
+            filling_min_rate: 1024.0 * 1024.0,
+            leak_warmup: Duration::from_mins(1),
+            leak_sustain: Duration::from_mins(5),
+            leak_min_rate: 1024.0 * 1024.0 / 6.0,
+            external_window: Duration::from_mins(1),
+            external_rise: 1 << 30,
+            external_horizon: Duration::from_mins(5),
+            idle_min_bytes: 1 << 30,
+            idle_duration: Duration::from_mins(10),
+        }
+    }
+}

@@ -93,6 +93,8 @@ pub struct Finding {
     pub rate_bytes_per_s: Option<f64>,
     /// Memory involved, in bytes (what an idle holder would free, external memory, …).
     pub bytes: Option<u64>,
+    /// External pressure: external memory when the finding opened (kept while it is open).
+    pub baseline_bytes: Option<u64>,
     /// Memory no visible process accounts for, when it is part of the story.
     pub unattributed_bytes: Option<u64>,
     /// Processes the finding names.

@@ -4,10 +4,13 @@
 //! open findings and turns each evaluation into `Opened` / `Updated` / `Resolved` events.
 
 pub mod finding;
+pub mod rules;
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 pub use finding::{Culprit, Finding, FindingEvent, FindingId, RuleKind, Severity};
+pub use rules::{Input, evaluate};
 
 /// Thresholds of every rule. Defaults are the issue's; all live in the config file's
 /// `[detect]` section.
@@ -68,4 +71,104 @@ impl Default for Rules {
             idle_duration: Duration::from_mins(10),
         }
     }
+}
+
+/// Keeps the open findings and turns evaluations into lifecycle events.
+#[derive(Debug, Default)]
+pub struct Detector {
+    rules: Rules,
+    open: HashMap<FindingId, Finding>,
+}
+
+impl Detector {
+    pub fn new(rules: Rules) -> Self {
+        Self {
+            rules,
+            open: HashMap::new(),
+        }
+    }
+
+    pub fn rules(&self) -> &Rules {
+        &self.rules
+    }
+
+    /// The findings open now, most severe first.
+    pub fn open(&self) -> Vec<&Finding> {
+        let mut v: Vec<&Finding> = self.open.values().collect();
+        v.sort_by(|a, b| {
+            b.severity
+                .cmp(&a.severity)
+                .then(a.since.total_cmp(&b.since))
+                .then(a.id.cmp(&b.id))
+        });
+        v
+    }
+
+    /// Evaluates the rules on the latest sample (already pushed into the history) and returns
+    /// what changed: new findings, findings whose facts moved, findings that cleared.
+    pub fn step(
+        &mut self,
+        history: &crate::history::History,
+        sample: &crate::model::Sample,
+        now: f64,
+        stale_after: Option<Duration>,
+        watched: &dyn Fn(&crate::model::ProcSample) -> bool,
+    ) -> Vec<FindingEvent> {
+        let found = evaluate(
+            &Input {
+                history,
+                sample,
+                now,
+                stale_after,
+                watched,
+                open: &self.open,
+            },
+            &self.rules,
+        );
+        let mut events = Vec::new();
+        let mut next: HashMap<FindingId, Finding> = HashMap::with_capacity(found.len());
+        for f in found {
+            match self.open.get(&f.id) {
+                None => events.push(FindingEvent::Opened(f.clone())),
+                Some(prev) if changed(prev, &f) => events.push(FindingEvent::Updated(f.clone())),
+                Some(_) => {}
+            }
+            next.insert(f.id.clone(), f);
+        }
+        let mut gone: Vec<&Finding> = self
+            .open
+            .values()
+            .filter(|f| !next.contains_key(&f.id))
+            .collect();
+        gone.sort_by(|a, b| a.id.cmp(&b.id));
+        for f in gone {
+            let mut f = f.clone();
+            f.at = sample.taken_at;
+            events.push(FindingEvent::Resolved(f));
+        }
+        self.open = next;
+        events
+    }
+}
+
+/// Whether a finding moved enough to be worth an `Updated` event.
+fn changed(prev: &Finding, now: &Finding) -> bool {
+    let moved = |a: Option<f64>, b: Option<f64>, rel: f64| match (a, b) {
+        (Some(a), Some(b)) => (a - b).abs() > rel * a.abs().max(b.abs()) && (a - b).abs() > 1.0,
+        (None, None) => false,
+        _ => true,
+    };
+    prev.severity != now.severity
+        || prev
+            .culprits
+            .iter()
+            .map(|c| c.pid)
+            .ne(now.culprits.iter().map(|c| c.pid))
+        || moved(prev.time_to_full_s, now.time_to_full_s, 0.10)
+        || moved(prev.rate_bytes_per_s, now.rate_bytes_per_s, 0.20)
+        || moved(
+            prev.bytes.map(|b| b as f64),
+            now.bytes.map(|b| b as f64),
+            0.10,
+        )
 }

@@ -1,0 +1,743 @@
+//! The rules: pure functions of the history, the latest sample, the thresholds and the
+//! findings already open (for hysteresis and baselines). Each rule is its own small function
+//! with its check and its message.
+//!
+//! Growth is judged with two tests together: a robust slope (Theil–Sen, from `history`) and a
+//! *staircase* test — the window cut into parts whose medians must each rise — so a one-time
+//! step (allocator cache, a larger batch), a periodic eval buffer (up then down) and noise do
+//! not count as a ramp, while a leak that grows in steps of one training step does.
+
+// Rules read best with the conventional short names: r(ules), g(pu), h(istory), p(rocess).
+#![allow(clippy::many_single_char_names)]
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use super::{Culprit, Finding, FindingId, RuleKind, Rules, Severity};
+use crate::history::{GpuHistory, History, ProcHistory, slope_bytes_per_s};
+use crate::model::{GpuSample, ProcSample, Sample};
+use crate::output::fmt_bytes;
+
+/// Everything a rule may look at.
+pub struct Input<'a> {
+    pub history: &'a History,
+    /// The latest sample (already pushed into `history`).
+    pub sample: &'a Sample,
+    /// Unix seconds now (staleness); the sample's time when judging recordings.
+    pub now: f64,
+    /// Samples older than this are stale; `None`: not judged.
+    pub stale_after: Option<Duration>,
+    /// Whether a process belongs to the watched set ("mine").
+    pub watched: &'a dyn Fn(&ProcSample) -> bool,
+    /// Findings open before this evaluation.
+    pub open: &'a HashMap<FindingId, Finding>,
+}
+
+/// Evaluates every rule.
+pub fn evaluate(input: &Input<'_>, rules: &Rules) -> Vec<Finding> {
+    let mut out = Vec::new();
+    source_health(input, &mut out);
+    for g in &input.sample.gpus {
+        if g.lost {
+            continue;
+        }
+        let Some(h) = input.history.gpu(&g.uuid) else {
+            continue;
+        };
+        out.extend(near_capacity(input, rules, g, h));
+        out.extend(filling_up(input, rules, g, h));
+        out.extend(external_pressure(input, rules, g, h));
+        for p in &g.processes {
+            let Some((_, ph)) = input.history.process_for(&g.uuid, p) else {
+                continue;
+            };
+            out.extend(leak_suspected(input, rules, g, p, ph));
+            out.extend(idle_holder(input, rules, g, p, ph));
+        }
+    }
+    out
+}
+
+fn id(rule: RuleKind, gpu: &GpuSample, pid: Option<u32>) -> FindingId {
+    FindingId {
+        rule,
+        gpu: gpu.uuid.clone(),
+        pid,
+    }
+}
+
+fn base(
+    input: &Input<'_>,
+    id: FindingId,
+    severity: Severity,
+    gpu: Option<u32>,
+    summary: String,
+) -> Finding {
+    let since = input
+        .open
+        .get(&id)
+        .map_or(input.sample.taken_at, |f| f.since);
+    Finding {
+        id,
+        severity,
+        gpu_index: gpu,
+        since,
+        at: input.sample.taken_at,
+        summary,
+        time_to_full_s: None,
+        rate_bytes_per_s: None,
+        bytes: None,
+        baseline_bytes: None,
+        unattributed_bytes: None,
+        culprits: Vec::new(),
+    }
+}
+
+fn culprit(p: &ProcSample, growth: Option<f64>) -> Culprit {
+    Culprit {
+        pid: p.pid,
+        user: p.host.user.clone(),
+        command: p.host.command.clone().or_else(|| p.host.name.clone()),
+        used_bytes: p.used_bytes,
+        growth_bytes_per_s: growth,
+    }
+}
+
+fn who(c: &Culprit) -> String {
+    let name = c
+        .command
+        .as_deref()
+        .and_then(|s| s.split_whitespace().next())
+        .map(|s| s.rsplit('/').next().unwrap_or(s).to_string());
+    match (&c.user, name) {
+        (Some(u), Some(n)) => format!("pid {} ({u}: {n})", c.pid),
+        (None, Some(n)) => format!("pid {} ({n})", c.pid),
+        (Some(u), None) => format!("pid {} ({u})", c.pid),
+        (None, None) => format!("pid {}", c.pid),
+    }
+}
+
+fn rate(bytes_per_s: f64) -> String {
+    let per_min = bytes_per_s * 60.0;
+    if bytes_per_s.abs() >= 1024.0 * 1024.0 * 1024.0 / 10.0 {
+        format!("{:.1} GiB/s", bytes_per_s / (1024.0 * 1024.0 * 1024.0))
+    } else {
+        format!("{:.0} MiB/min", per_min / (1024.0 * 1024.0))
+    }
+}
+
+fn duration_text(s: f64) -> String {
+    let s = s.max(0.0);
+    if s < 90.0 {
+        format!("{s:.0} s")
+    } else if s < 5400.0 {
+        format!("{:.0} min", s / 60.0)
+    } else {
+        format!("{:.1} h", s / 3600.0)
+    }
+}
+
+/// Points of a series from `from` on.
+fn since(points: impl Iterator<Item = (f64, f64)>, from: f64) -> Vec<(f64, f64)> {
+    points.filter(|(t, _)| *t >= from).collect()
+}
+
+/// Whether the window `[first, last]` of `points` is cut into `parts` whose medians each rise
+/// by more than `min_step` and by at least half of an even share of the whole rise. Medians are
+/// taken over at most 9 evenly picked points per part.
+pub fn staircase(points: &[(f64, f64)], parts: usize, min_step: f64) -> bool {
+    let (Some(first), Some(last)) = (points.first(), points.last()) else {
+        return false;
+    };
+    let span = last.0 - first.0;
+    if parts < 2 || span <= 0.0 {
+        return false;
+    }
+    let mut medians = Vec::with_capacity(parts);
+    let mut start = 0;
+    for k in 0..parts {
+        let end_t = first.0 + span * (k + 1) as f64 / parts as f64;
+        let mut end = start;
+        while end < points.len() && (points[end].0 <= end_t || k + 1 == parts) {
+            end += 1;
+        }
+        let part = &points[start..end];
+        if part.is_empty() {
+            return false;
+        }
+        let n = part.len().min(9);
+        let mut picked: Vec<f64> = (0..n)
+            .map(|i| {
+                part[if n == 1 {
+                    0
+                } else {
+                    i * (part.len() - 1) / (n - 1)
+                }]
+                .1
+            })
+            .collect();
+        picked.sort_by(f64::total_cmp);
+        medians.push(picked[n / 2]);
+        start = end;
+    }
+    // Every part rises, and by at least half an even share of the whole rise: a step with a
+    // small bump beside it (a context created, then the allocation) is still one step.
+    let total = medians[parts - 1] - medians[0];
+    let share = total / (2 * (parts - 1)) as f64;
+    total > 0.0
+        && medians
+            .windows(2)
+            .all(|w| w[1] - w[0] > min_step.max(share))
+}
+
+/// The smallest rise between parts that counts: 16 MiB, so that noise does not.
+const MIN_STEP: f64 = 16.0 * 1024.0 * 1024.0;
+
+fn used_points(h: &GpuHistory) -> impl Iterator<Item = (f64, f64)> + '_ {
+    h.used_series().map(|(t, u)| (t, u as f64))
+}
+
+fn proc_points(h: &ProcHistory) -> impl Iterator<Item = (f64, f64)> + '_ {
+    h.used_series().map(|(t, u)| (t, u as f64))
+}
+
+/// Whether a window of points covers at least `fraction` of `window`.
+fn covers(points: &[(f64, f64)], window: Duration, fraction: f64) -> bool {
+    match (points.first(), points.last()) {
+        (Some(a), Some(b)) => b.0 - a.0 >= window.as_secs_f64() * fraction,
+        _ => false,
+    }
+}
+
+fn source_health(input: &Input<'_>, out: &mut Vec<Finding>) {
+    let sample = input.sample;
+    let source_id = |detail: &str| FindingId {
+        rule: RuleKind::SourceHealth,
+        gpu: detail.to_string(),
+        pid: None,
+    };
+    if let Some(limit) = input.stale_after {
+        let age = input.now - sample.taken_at;
+        if age > limit.as_secs_f64() {
+            let mut f = base(
+                input,
+                source_id(""),
+                Severity::Critical,
+                None,
+                format!(
+                    "samples are stale: the last one is {} old",
+                    duration_text(age)
+                ),
+            );
+            f.at = input.now;
+            out.push(f);
+        }
+    }
+    if !sample.errors.is_empty() {
+        let text: Vec<String> = sample
+            .errors
+            .iter()
+            .map(|e| format!("{}: {}", e.call, e.error))
+            .collect();
+        out.push(base(
+            input,
+            source_id(""),
+            Severity::Critical,
+            None,
+            format!("NVML is failing: {}", text.join("; ")),
+        ));
+    }
+    for g in &sample.gpus {
+        if g.lost {
+            out.push(base(
+                input,
+                id(RuleKind::SourceHealth, g, None),
+                Severity::Critical,
+                Some(g.index),
+                format!(
+                    "GPU {} is lost: it fell off the bus or is being reset",
+                    g.index
+                ),
+            ));
+        }
+    }
+    // One source finding at most: merge stale and failing.
+    let mut seen = false;
+    out.retain(|f| {
+        if f.id.rule == RuleKind::SourceHealth && f.id.gpu.is_empty() {
+            let keep = !seen;
+            seen = true;
+            keep
+        } else {
+            true
+        }
+    });
+}
+
+fn near_capacity(input: &Input<'_>, r: &Rules, g: &GpuSample, h: &GpuHistory) -> Option<Finding> {
+    let fid = id(RuleKind::NearCapacity, g, None);
+    let open = input.open.contains_key(&fid);
+    let hot = |used: u64, total: u64, free: u64| {
+        total > 0
+            && (used as f64 / total as f64 >= r.near_capacity_warn
+                || free < r.near_capacity_headroom)
+    };
+    let latest = h.latest()?;
+    let (used, total) = (latest.used?, latest.total?);
+    let free = latest.headroom()?;
+    let ratio = used as f64 / total as f64;
+    let holds = if open {
+        // Hysteresis: clears only clearly below the line.
+        ratio >= r.near_capacity_warn - r.near_capacity_hysteresis
+            || free < r.near_capacity_headroom + (r.near_capacity_hysteresis * total as f64) as u64
+    } else {
+        // Minimum duration: every point of the last `min_duration` is over the line.
+        let from = latest.t - r.near_capacity_min_duration.as_secs_f64();
+        let first = h.points().next().map_or(latest.t, |p| p.t);
+        first <= from
+            && h.points().rev().take_while(|p| p.t >= from).all(|p| {
+                match (p.used, p.total, p.headroom()) {
+                    (Some(u), Some(t), Some(f)) => hot(u, t, f),
+                    _ => false,
+                }
+            })
+    };
+    if !holds {
+        return None;
+    }
+    let severity = if ratio >= r.near_capacity_critical {
+        Severity::Critical
+    } else {
+        Severity::Warning
+    };
+    let mut f = base(
+        input,
+        fid,
+        severity,
+        Some(g.index),
+        format!(
+            "GPU {} is {:.0}% full ({} of {}, {} free)",
+            g.index,
+            ratio * 100.0,
+            fmt_bytes(used),
+            fmt_bytes(total),
+            fmt_bytes(free)
+        ),
+    );
+    f.bytes = Some(free);
+    f.unattributed_bytes = g.unattributed_bytes();
+    f.culprits = g
+        .processes
+        .iter()
+        .take(3)
+        .map(|p| culprit(p, None))
+        .collect();
+    Some(f)
+}
+
+fn filling_up(input: &Input<'_>, r: &Rules, g: &GpuSample, h: &GpuHistory) -> Option<Finding> {
+    let fid = id(RuleKind::FillingUp, g, None);
+    let open = input.open.contains_key(&fid);
+    let latest = h.latest()?;
+    let from = latest.t - r.filling_window.as_secs_f64();
+    let pts = since(used_points(h), from);
+    if !covers(&pts, r.filling_window, 0.5) {
+        return None;
+    }
+    let slope = slope_bytes_per_s(&pts)?;
+    let headroom = latest.headroom()? as f64;
+    let ttf = if slope > 0.0 {
+        headroom / slope
+    } else {
+        f64::INFINITY
+    };
+    let horizon = r.filling_horizon.as_secs_f64();
+    let holds = if open {
+        slope >= r.filling_min_rate / 2.0 && ttf <= horizon * 1.25
+    } else {
+        slope >= r.filling_min_rate && ttf <= horizon && staircase(&pts, 3, MIN_STEP)
+    };
+    if !holds {
+        return None;
+    }
+    // Who drives it: processes (and unattributed memory) that ramp in the same window.
+    let mut drivers: Vec<Culprit> = g
+        .processes
+        .iter()
+        .filter_map(|p| {
+            let (_, ph) = input.history.process_for(&g.uuid, p)?;
+            let pp = since(proc_points(ph), from);
+            let s = slope_bytes_per_s(&pp)?;
+            (s >= r.filling_min_rate / 4.0 && staircase(&pp, 3, MIN_STEP / 4.0))
+                .then(|| culprit(p, Some(s)))
+        })
+        .collect();
+    drivers.sort_by(|a, b| {
+        b.growth_bytes_per_s
+            .unwrap_or(0.0)
+            .total_cmp(&a.growth_bytes_per_s.unwrap_or(0.0))
+    });
+    let unattributed: Vec<(f64, f64)> =
+        since(h.unattributed_series().map(|(t, u)| (t, u as f64)), from);
+    let unattributed_grows = slope_bytes_per_s(&unattributed)
+        .is_some_and(|s| s >= r.filling_min_rate / 4.0)
+        && staircase(&unattributed, 3, MIN_STEP / 4.0);
+    let mut why: Vec<String> = drivers
+        .iter()
+        .take(3)
+        .map(|c| format!("{} +{}", who(c), rate(c.growth_bytes_per_s.unwrap_or(0.0))))
+        .collect();
+    if unattributed_grows {
+        why.push("memory no visible process accounts for".to_string());
+    }
+    let severity = if ttf <= horizon / 5.0 {
+        Severity::Critical
+    } else {
+        Severity::Warning
+    };
+    let mut f = base(
+        input,
+        fid,
+        severity,
+        Some(g.index),
+        format!(
+            "GPU {} will be full in ~{} (+{}){}",
+            g.index,
+            duration_text(ttf),
+            rate(slope),
+            if why.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", why.join(", "))
+            }
+        ),
+    );
+    f.time_to_full_s = Some(ttf);
+    f.rate_bytes_per_s = Some(slope);
+    f.bytes = Some(headroom as u64);
+    f.unattributed_bytes = g.unattributed_bytes();
+    f.culprits = drivers;
+    Some(f)
+}
+
+/// Memory of the watched processes on a GPU at each sample time of the window.
+fn mine_by_time(input: &Input<'_>, g: &GpuSample, from: f64) -> HashMap<u64, u64> {
+    let mut mine: HashMap<u64, u64> = HashMap::new();
+    for p in g.processes.iter().filter(|p| (input.watched)(p)) {
+        if let Some((_, ph)) = input.history.process_for(&g.uuid, p) {
+            for (t, u) in ph.used_series().filter(|(t, _)| *t >= from) {
+                *mine.entry(t.to_bits()).or_default() += u;
+            }
+        }
+    }
+    mine
+}
+
+fn external_pressure(
+    input: &Input<'_>,
+    r: &Rules,
+    g: &GpuSample,
+    h: &GpuHistory,
+) -> Option<Finding> {
+    if !g.processes.iter().any(|p| (input.watched)(p)) {
+        return None;
+    }
+    let fid = id(RuleKind::ExternalPressure, g, None);
+    let prev = input.open.get(&fid);
+    let latest = h.latest()?;
+    let from = latest.t - r.external_window.as_secs_f64();
+    let mine = mine_by_time(input, g, from);
+    let external: Vec<(f64, f64)> = h
+        .used_series()
+        .filter(|(t, _)| *t >= from)
+        .map(|(t, u)| {
+            (
+                t,
+                u.saturating_sub(mine.get(&t.to_bits()).copied().unwrap_or(0)) as f64,
+            )
+        })
+        .collect();
+    let now_ext = external.last()?.1;
+    let low = external.iter().map(|p| p.1).fold(f64::INFINITY, f64::min);
+    let rise_limit = r.external_rise as f64;
+    // A: external memory rose. The baseline is kept while the finding is open, so a
+    // persistent intruder stays named after the window has moved on.
+    let baseline = prev
+        .and_then(|f| f.baseline_bytes)
+        .map_or(low, |b| b as f64);
+    let rose = if prev.is_some() {
+        now_ext - baseline >= rise_limit / 2.0
+    } else {
+        now_ext - low >= rise_limit
+    };
+    // B: what is left does not cover the watched processes' recent growth.
+    let mine_pts: Vec<(f64, f64)> = {
+        let mut v: Vec<(f64, f64)> = mine
+            .iter()
+            .map(|(t, u)| (f64::from_bits(*t), *u as f64))
+            .collect();
+        v.sort_by(|a, b| a.0.total_cmp(&b.0));
+        v
+    };
+    let mine_growth = slope_bytes_per_s(&mine_pts).unwrap_or(0.0).max(0.0);
+    let need = mine_growth * r.external_horizon.as_secs_f64();
+    let headroom = latest.headroom()? as f64;
+    let squeezed = mine_growth > 0.0 && headroom < need && now_ext >= rise_limit;
+    if !rose && !squeezed {
+        return None;
+    }
+    let (culprits, unattributed_rose) =
+        external_culprits(input, g, h, baseline_time(prev, from), rise_limit, squeezed);
+    let unattributed_now = g.unattributed_bytes();
+    let mut names: Vec<String> = culprits.iter().take(3).map(|(_, c)| who(c)).collect();
+    if unattributed_rose || (names.is_empty() && rose) {
+        names.push(
+            "memory no visible process accounts for (another container or PID namespace)"
+                .to_string(),
+        );
+    }
+    let what = if rose {
+        format!(
+            "external memory on GPU {} rose by {}",
+            g.index,
+            fmt_bytes((now_ext - baseline).max(0.0) as u64)
+        )
+    } else {
+        format!(
+            "external memory on GPU {} leaves {} free; your processes grow {} and need {} over {}",
+            g.index,
+            fmt_bytes(headroom as u64),
+            rate(mine_growth),
+            fmt_bytes(need as u64),
+            duration_text(r.external_horizon.as_secs_f64())
+        )
+    };
+    let mut f = base(
+        input,
+        fid,
+        if squeezed {
+            Severity::Critical
+        } else {
+            Severity::Warning
+        },
+        Some(g.index),
+        format!("{what}: {}", names.join(", ")),
+    );
+    f.bytes = Some(now_ext as u64);
+    f.baseline_bytes = Some(baseline as u64);
+    f.unattributed_bytes = unattributed_now;
+    f.culprits = culprits.into_iter().map(|(_, c)| c).collect();
+    if squeezed && mine_growth > 0.0 {
+        f.time_to_full_s = Some(headroom / mine_growth);
+        f.rate_bytes_per_s = Some(mine_growth);
+    }
+    Some(f)
+}
+
+/// The external processes that grew since `since` (all of them when the watched processes are
+/// squeezed), largest growth first, and whether unattributed memory rose.
+fn external_culprits(
+    input: &Input<'_>,
+    g: &GpuSample,
+    h: &GpuHistory,
+    since: f64,
+    rise_limit: f64,
+    squeezed: bool,
+) -> (Vec<(f64, Culprit)>, bool) {
+    let mut culprits: Vec<(f64, Culprit)> = g
+        .processes
+        .iter()
+        .filter(|p| !(input.watched)(p))
+        .filter_map(|p| {
+            let now_used = p.used_bytes? as f64;
+            let ph = input.history.process_for(&g.uuid, p).map(|(_, ph)| ph);
+            let then = ph
+                .and_then(|ph| {
+                    ph.used_series()
+                        .find(|(t, _)| *t >= since)
+                        .map(|(_, u)| u as f64)
+                })
+                .unwrap_or(0.0);
+            let first_seen = ph.map_or(0.0, ProcHistory::first_seen);
+            let grew = if first_seen >= since {
+                now_used
+            } else {
+                now_used - then
+            };
+            (grew >= rise_limit / 4.0 || squeezed).then(|| (grew, culprit(p, None)))
+        })
+        .collect();
+    culprits.sort_by(|a, b| b.0.total_cmp(&a.0));
+    let unattributed_then = h
+        .points()
+        .find(|p| p.t >= since)
+        .and_then(|p| p.unattributed);
+    let unattributed_rose = match (g.unattributed_bytes(), unattributed_then) {
+        (Some(n), Some(t)) => n as f64 - t as f64 >= rise_limit / 4.0,
+        _ => false,
+    };
+    (culprits, unattributed_rose)
+}
+
+/// The moment external memory is compared with: when the finding opened, else the window.
+fn baseline_time(prev: Option<&Finding>, window_start: f64) -> f64 {
+    prev.map_or(window_start, |f| f.since.min(window_start))
+}
+
+fn leak_suspected(
+    input: &Input<'_>,
+    r: &Rules,
+    g: &GpuSample,
+    p: &ProcSample,
+    ph: &ProcHistory,
+) -> Option<Finding> {
+    let fid = id(RuleKind::LeakSuspected, g, Some(p.pid));
+    let open = input.open.contains_key(&fid);
+    let latest = ph.latest()?;
+    let sustain = r.leak_sustain.as_secs_f64();
+    let from = latest.t - sustain;
+    // Past the warm-up: the whole ramp window lies after the process's first minute.
+    if from < ph.first_seen() + r.leak_warmup.as_secs_f64() {
+        return None;
+    }
+    let pts = since(proc_points(ph), from);
+    if !covers(&pts, r.leak_sustain, 0.8) {
+        return None;
+    }
+    let slope = slope_bytes_per_s(&pts)?;
+    let holds = if open {
+        slope >= r.leak_min_rate / 2.0
+    } else {
+        slope >= r.leak_min_rate && staircase(&pts, 5, MIN_STEP / 4.0)
+    };
+    if !holds {
+        return None;
+    }
+    let c = culprit(p, Some(slope));
+    let mut f = base(
+        input,
+        fid,
+        Severity::Warning,
+        Some(g.index),
+        format!(
+            "leak suspected: {} on GPU {} has grown steadily for {} at {}",
+            who(&c),
+            g.index,
+            duration_text(
+                latest.t
+                    - input
+                        .open
+                        .get(&id(RuleKind::LeakSuspected, g, Some(p.pid)))
+                        .map_or(from, |f| f.since.min(from))
+            ),
+            rate(slope)
+        ),
+    );
+    if !open {
+        f.since = from;
+    }
+    f.rate_bytes_per_s = Some(slope);
+    f.bytes = p.used_bytes;
+    f.culprits = vec![c];
+    Some(f)
+}
+
+fn idle_holder(
+    input: &Input<'_>,
+    r: &Rules,
+    g: &GpuSample,
+    p: &ProcSample,
+    ph: &ProcHistory,
+) -> Option<Finding> {
+    let used = p.used_bytes?;
+    if used < r.idle_min_bytes {
+        return None;
+    }
+    let latest = ph.latest()?;
+    let from = latest.t - r.idle_duration.as_secs_f64();
+    if ph.first_seen() > from {
+        return None;
+    }
+    // Every SM reading of the window is 0 (n/a readings prove nothing: no finding).
+    let mut any = false;
+    for point in ph.points().rev().take_while(|pt| pt.t >= from) {
+        match point.sm {
+            Some(sm) if sm <= 0.0 => any = true,
+            _ => return None,
+        }
+    }
+    if !any {
+        return None;
+    }
+    let c = culprit(p, None);
+    let mut f = base(
+        input,
+        id(RuleKind::IdleHolder, g, Some(p.pid)),
+        Severity::Info,
+        Some(g.index),
+        format!(
+            "{} holds {} on GPU {} and has not used the GPU for {}: stopping it would free {}",
+            who(&c),
+            fmt_bytes(used),
+            g.index,
+            duration_text(latest.t - from),
+            fmt_bytes(used)
+        ),
+    );
+    f.bytes = Some(used);
+    f.culprits = vec![c];
+    Some(f)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(n: usize, slope: f64) -> Vec<(f64, f64)> {
+        (0..n).map(|i| (i as f64, 1e9 + slope * i as f64)).collect()
+    }
+
+    #[test]
+    fn staircase_tells_a_ramp_from_a_step_and_a_bump() {
+        let gib = 1024.0 * 1024.0 * 1024.0;
+        assert!(staircase(&line(60, 0.1 * gib), 3, MIN_STEP));
+        let step: Vec<(f64, f64)> = (0..60)
+            .map(|i| (f64::from(i), if i < 30 { 1.0 } else { 4.0 } * gib))
+            .collect();
+        assert!(!staircase(&step, 3, MIN_STEP), "one step is not a ramp");
+        let bump: Vec<(f64, f64)> = (0..60)
+            .map(|i| {
+                (
+                    f64::from(i),
+                    if (20..40).contains(&i) { 4.0 } else { 1.0 } * gib,
+                )
+            })
+            .collect();
+        assert!(
+            !staircase(&bump, 3, MIN_STEP),
+            "an eval buffer is not a ramp"
+        );
+        assert!(!staircase(&line(60, 0.0), 3, MIN_STEP), "flat");
+        // A context (20 MiB) then the allocation (6.5 GiB): one step, not a ramp.
+        let two: Vec<(f64, f64)> = (0..32)
+            .map(|i| {
+                (
+                    f64::from(i) / 4.0,
+                    if i < 16 {
+                        0.0
+                    } else if i < 20 {
+                        0.02 * gib
+                    } else {
+                        6.5 * gib
+                    },
+                )
+            })
+            .collect();
+        assert!(!staircase(&two, 3, MIN_STEP));
+        // A leak in coarse steps (every 4 samples) is still a ramp.
+        let stairs: Vec<(f64, f64)> = (0..60)
+            .map(|i| (f64::from(i), gib + f64::from(i / 4) * 0.4 * gib))
+            .collect();
+        assert!(staircase(&stairs, 3, MIN_STEP));
+    }
+}

@@ -600,10 +600,14 @@ fn leak_suspected(
     if from < ph.first_seen() + r.leak_warmup.as_secs_f64() {
         return None;
     }
-    let pts = since(proc_points(ph), from);
-    if !covers(&pts, r.leak_sustain, 0.8) {
+    // Cheap rejection first (most processes are flat): the rise over the window must be at
+    // least half of what the minimum rate gives.
+    let (t_start, start) = ph.used_series().find(|(t, _)| *t >= from)?;
+    let rise = latest.used? as f64 - start as f64;
+    if latest.t - t_start < sustain * 0.8 || (!open && rise < r.leak_min_rate * sustain * 0.5) {
         return None;
     }
+    let pts = since(proc_points(ph), from);
     let slope = slope_bytes_per_s(&pts)?;
     let holds = if open {
         slope >= r.leak_min_rate / 2.0

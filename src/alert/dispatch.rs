@@ -322,6 +322,12 @@ mod tests {
     use Severity::{Critical, Info, Warning};
 
     #[test]
+    fn alerts_can_be_shared_between_threads() {
+        fn shared<T: Send + Sync>() {}
+        shared::<Alerts>();
+    }
+
+    #[test]
     fn identical_events_are_sent_once() {
         let mut gate = Gate::new(&options());
         let opened = ev("opened", NearCapacity, "a", Warning, 0.0);

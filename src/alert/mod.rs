@@ -1,6 +1,30 @@
 //! Alert sinks: where finding events go besides the screen. Each sink runs on its own thread
 //! behind a bounded queue, so a slow or failing sink never delays sampling or the dashboard;
 //! what a full queue drops is counted.
+//!
+//! [`Alerts`] is the dispatcher: it filters events (minimum severity, deduplication, a rate
+//! limit per rule and GPU) and offers them to each [`Sink`]'s bounded queue with `try_send`.
+//! Sinks: [`LogSink`] (stderr), [`JsonlSink`] (a JSON-lines file), [`CommandSink`] (`sh -c`
+//! with `GPUWATCH_*` variables), [`WebhookSink`] (POST JSON with a `text` field, retries
+//! with backoff) and, with the cargo feature `desktop`, `DesktopSink`.
+
+pub mod command;
+#[cfg(feature = "desktop")]
+pub mod desktop;
+pub mod dispatch;
+pub mod jsonl;
+pub mod log;
+pub mod sink;
+pub mod webhook;
+
+pub use command::CommandSink;
+#[cfg(feature = "desktop")]
+pub use desktop::DesktopSink;
+pub use dispatch::{Alerts, SinkStats};
+pub use jsonl::JsonlSink;
+pub use log::LogSink;
+pub use sink::{Sink, event_json, event_line};
+pub use webhook::WebhookSink;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -44,6 +68,46 @@ impl Default for AlertOptions {
             min_severity: Severity::Warning,
             rate_limit: Duration::from_mins(1),
             queue: 64,
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod test_support {
+    use crate::detect::{Finding, FindingEvent, FindingId, RuleKind, Severity};
+
+    pub fn finding(
+        rule: RuleKind,
+        gpu: &str,
+        gpu_index: Option<u32>,
+        severity: Severity,
+        at: f64,
+    ) -> Finding {
+        Finding {
+            id: FindingId {
+                rule,
+                gpu: gpu.into(),
+                pid: None,
+            },
+            severity,
+            gpu_index,
+            since: 0.0,
+            at,
+            summary: format!("{rule} on {gpu}"),
+            time_to_full_s: None,
+            rate_bytes_per_s: None,
+            bytes: None,
+            unattributed_bytes: None,
+            culprits: Vec::new(),
+        }
+    }
+
+    pub fn event(kind: &str, finding: Finding) -> FindingEvent {
+        match kind {
+            "opened" => FindingEvent::Opened(finding),
+            "updated" => FindingEvent::Updated(finding),
+            "resolved" => FindingEvent::Resolved(finding),
+            other => panic!("no event kind {other}"),
         }
     }
 }

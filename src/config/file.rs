@@ -5,14 +5,14 @@
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Serialize, Serializer};
 use toml::Spanned;
 use toml::de::{DeTable, DeValue};
 
 use super::ConfigError;
 
 /// A config file, as parsed. Every field is optional: absent means "not set here".
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct ConfigFile {
     /// Where the file was read from (for error messages and relative paths); `None` when
@@ -33,6 +33,10 @@ pub struct ConfigFile {
     pub history: Option<HistoryFile>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub snapshot: Option<SnapshotFile>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detect: Option<DetectFile>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub alerts: Option<AlertsFile>,
 }
 
 /// `[sampling]`
@@ -101,6 +105,90 @@ pub struct SnapshotFile {
     pub show_unattributed_min: Option<String>,
 }
 
+/// `[detect]`: percentages, percentage points and MiB per minute are numbers (`90`, `92.5`);
+/// durations and sizes are text, as elsewhere.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct DetectFile {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub near_capacity_warn: Option<Number>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub near_capacity_critical: Option<Number>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub near_capacity_headroom: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub near_capacity_hysteresis: Option<Number>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub near_capacity_min_duration: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub filling_window: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub filling_horizon: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub filling_min_rate: Option<Number>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub leak_warmup: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub leak_sustain: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub leak_min_rate: Option<Number>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub external_window: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub external_rise: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub external_horizon: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub idle_min: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub idle_duration: Option<String>,
+}
+
+/// `[alerts]`: switches are TOML booleans and counts TOML integers.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct AlertsFile {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub jsonl: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub webhook: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub webhook_timeout: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub webhook_retries: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub desktop: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub min_severity: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rate_limit: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queue: Option<i64>,
+}
+
+/// A number key: read from a TOML integer or float, written as an integer when it is whole
+/// (`90`, not `90.0`), so `print-config` reads like the shipped file.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(transparent)]
+pub struct Number(pub f64);
+
+impl Serialize for Number {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        /// Whole numbers up to 2^53 are exact both as `i64` and as `f64`.
+        const EXACT: f64 = 9_007_199_254_740_992.0;
+        let x = self.0;
+        if x.fract() == 0.0 && x.abs() <= EXACT {
+            s.serialize_i64(x as i64)
+        } else {
+            s.serialize_f64(x)
+        }
+    }
+}
+
 /// Every section and its keys, in file order. Unknown-key errors list these; a test checks
 /// that serde's view of [`ConfigFile`] agrees.
 pub const SCHEMA: &[(&str, &[&str])] = &[
@@ -111,6 +199,42 @@ pub const SCHEMA: &[(&str, &[&str])] = &[
     ("pick", &["min-free", "count", "format"]),
     ("history", &["window"]),
     ("snapshot", &["show-unattributed-min"]),
+    (
+        "detect",
+        &[
+            "near-capacity-warn",
+            "near-capacity-critical",
+            "near-capacity-headroom",
+            "near-capacity-hysteresis",
+            "near-capacity-min-duration",
+            "filling-window",
+            "filling-horizon",
+            "filling-min-rate",
+            "leak-warmup",
+            "leak-sustain",
+            "leak-min-rate",
+            "external-window",
+            "external-rise",
+            "external-horizon",
+            "idle-min",
+            "idle-duration",
+        ],
+    ),
+    (
+        "alerts",
+        &[
+            "log",
+            "jsonl",
+            "command",
+            "webhook",
+            "webhook-timeout",
+            "webhook-retries",
+            "desktop",
+            "min-severity",
+            "rate-limit",
+            "queue",
+        ],
+    ),
 ];
 
 impl ConfigFile {

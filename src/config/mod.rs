@@ -24,15 +24,23 @@ use std::time::Duration;
 
 pub use error::{ConfigError, Origin};
 pub use file::{
-    ConfigFile, DisplayFile, HistoryFile, NvmlFile, PickFile, SCHEMA, SamplingFile, SnapshotFile,
-    WatchFile,
+    AlertsFile, ConfigFile, DetectFile, DisplayFile, HistoryFile, Number, NvmlFile, PickFile,
+    SCHEMA, SamplingFile, SnapshotFile, WatchFile,
 };
 pub use value::{
-    DurationRange, HANG_TIMEOUT_RANGE, HISTORY_WINDOW_RANGE, INTERVAL_RANGE, MIN_PICK_COUNT,
-    REINIT_BACKOFF_MAX_RANGE, SLOW_INTERVAL_RANGE, ValueError, check_count, check_duration,
-    format_duration, format_size, parse_count, parse_duration_in, parse_size,
+    ALERT_QUEUE_RANGE, DurationRange, EXTERNAL_HORIZON_RANGE, EXTERNAL_WINDOW_RANGE,
+    FILLING_HORIZON_RANGE, FILLING_WINDOW_RANGE, GROWTH_RATE_RANGE, HANG_TIMEOUT_RANGE,
+    HISTORY_WINDOW_RANGE, HYSTERESIS_RANGE, IDLE_DURATION_RANGE, INTERVAL_RANGE, IntRange,
+    LEAK_SUSTAIN_RANGE, LEAK_WARMUP_RANGE, MIN_PICK_COUNT, NEAR_CAPACITY_MIN_DURATION_RANGE,
+    NEAR_CAPACITY_PERCENT_RANGE, NumberRange, RATE_LIMIT_RANGE, REINIT_BACKOFF_MAX_RANGE,
+    SLOW_INTERVAL_RANGE, ValueError, WEBHOOK_RETRIES_RANGE, WEBHOOK_TIMEOUT_RANGE,
+    bytes_per_s_to_mib_per_min, check_count, check_duration, check_integer, check_number,
+    format_duration, format_number, format_size, fraction_to_percent, mib_per_min_to_bytes_per_s,
+    parse_count, parse_duration_in, parse_size, parse_webhook_url, percent_to_fraction,
 };
 
+use crate::alert::AlertOptions;
+use crate::detect::{Rules, Severity};
 use crate::watch::WatchSpec;
 
 /// The command-line flags that override config keys, so messages and the CLI agree.
@@ -50,7 +58,7 @@ pub mod flags {
 }
 
 /// The resolved configuration: every value present and checked.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     pub sampling: SamplingConfig,
     pub nvml: NvmlConfig,
@@ -59,6 +67,11 @@ pub struct Config {
     pub pick: PickConfig,
     pub history: HistoryConfig,
     pub snapshot: SnapshotConfig,
+    /// `[detect]`: the detector's thresholds. The file writes percentages and MiB per minute;
+    /// [`Rules`] holds fractions and bytes per second.
+    pub detect: Rules,
+    /// `[alerts]`: which alert sinks run and how.
+    pub alerts: AlertOptions,
 }
 
 /// `[sampling]`: the sampler's cadences.
@@ -188,6 +201,16 @@ impl Named for PickFormat {
     const NAMES: &'static [&'static str] = &["uuid", "index", "env"];
 }
 
+/// `alerts.min-severity`; written back with `Severity`'s `Display`, which uses the same names.
+impl Named for Severity {
+    const ALL: &'static [(&'static str, Self)] = &[
+        ("info", Severity::Info),
+        ("warning", Severity::Warning),
+        ("critical", Severity::Critical),
+    ];
+    const NAMES: &'static [&'static str] = &["info", "warning", "critical"];
+}
+
 impl FromStr for ColorChoice {
     type Err = ValueError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
@@ -241,6 +264,8 @@ impl Default for Config {
             snapshot: SnapshotConfig {
                 show_unattributed_min: 1 << 20,
             },
+            detect: Rules::default(),
+            alerts: AlertOptions::default(),
         }
     }
 }
@@ -310,6 +335,46 @@ impl Checker<'_> {
                 problem: Box::new(problem),
             }),
         }
+    }
+}
+
+impl Checker<'_> {
+    /// A number from the file (`[detect]` percentages and rates), checked against `range`.
+    fn number(
+        &self,
+        key: &str,
+        number: Option<Number>,
+        range: NumberRange,
+    ) -> Result<Option<Sourced<f64>>, ConfigError> {
+        let Some(Number(x)) = number else {
+            return Ok(None);
+        };
+        let origin = self.file_origin(key);
+        match check_number(range, x) {
+            Ok(value) => Ok(Some(Sourced { value, origin })),
+            Err(problem) => Err(ConfigError::Invalid {
+                origin,
+                value: format_number(x),
+                problem: Box::new(problem),
+            }),
+        }
+    }
+
+    /// A whole number from the file, checked against `range`.
+    fn integer(
+        &self,
+        key: &str,
+        n: Option<i64>,
+        range: IntRange,
+    ) -> Result<Option<i64>, ConfigError> {
+        let Some(n) = n else { return Ok(None) };
+        check_integer(range, n)
+            .map(Some)
+            .map_err(|problem| ConfigError::Invalid {
+                origin: self.file_origin(key),
+                value: n.to_string(),
+                problem: Box::new(problem),
+            })
     }
 }
 
@@ -401,6 +466,9 @@ pub fn resolve(file: ConfigFile, overrides: &Overrides) -> Result<Config, Config
         duration_in(HISTORY_WINDOW_RANGE),
     )?;
 
+    let detect = resolve_detect(&f, &file.detect.unwrap_or_default(), &d.detect)?;
+    let alerts = resolve_alerts(&f, &file.alerts.unwrap_or_default(), base_dir, d.alerts)?;
+
     let snapshot = file.snapshot.unwrap_or_default();
     let unattributed = f.file(
         "snapshot.show-unattributed-min",
@@ -428,6 +496,8 @@ pub fn resolve(file: ConfigFile, overrides: &Overrides) -> Result<Config, Config
                 d.snapshot.show_unattributed_min,
             ),
         },
+        detect,
+        alerts,
     })
 }
 
@@ -561,6 +631,227 @@ fn resolve_pick(
     })
 }
 
+fn resolve_detect(f: &Checker<'_>, file: &DetectFile, d: &Rules) -> Result<Rules, ConfigError> {
+    let duration = |key: &str, text: &Option<String>, range, default| {
+        f.file(key, text.as_deref(), duration_in(range))
+            .map(|v| layer(None, value(v), default))
+    };
+    let size = |key: &str, text: &Option<String>, default| {
+        f.file(key, text.as_deref(), parse_size)
+            .map(|v| layer(None, value(v), default))
+    };
+    let rate = |key: &str, number: Option<Number>, default| {
+        f.number(key, number, GROWTH_RATE_RANGE)
+            .map(|v| layer(None, value(v).map(mib_per_min_to_bytes_per_s), default))
+    };
+    let (warn, critical, hysteresis) = near_capacity_levels(f, file, d)?;
+    Ok(Rules {
+        near_capacity_warn: warn,
+        near_capacity_critical: critical,
+        near_capacity_hysteresis: hysteresis,
+        near_capacity_headroom: size(
+            "detect.near-capacity-headroom",
+            &file.near_capacity_headroom,
+            d.near_capacity_headroom,
+        )?,
+        near_capacity_min_duration: duration(
+            "detect.near-capacity-min-duration",
+            &file.near_capacity_min_duration,
+            NEAR_CAPACITY_MIN_DURATION_RANGE,
+            d.near_capacity_min_duration,
+        )?,
+        filling_window: duration(
+            "detect.filling-window",
+            &file.filling_window,
+            FILLING_WINDOW_RANGE,
+            d.filling_window,
+        )?,
+        filling_horizon: duration(
+            "detect.filling-horizon",
+            &file.filling_horizon,
+            FILLING_HORIZON_RANGE,
+            d.filling_horizon,
+        )?,
+        filling_min_rate: rate(
+            "detect.filling-min-rate",
+            file.filling_min_rate,
+            d.filling_min_rate,
+        )?,
+        leak_warmup: duration(
+            "detect.leak-warmup",
+            &file.leak_warmup,
+            LEAK_WARMUP_RANGE,
+            d.leak_warmup,
+        )?,
+        leak_sustain: duration(
+            "detect.leak-sustain",
+            &file.leak_sustain,
+            LEAK_SUSTAIN_RANGE,
+            d.leak_sustain,
+        )?,
+        leak_min_rate: rate("detect.leak-min-rate", file.leak_min_rate, d.leak_min_rate)?,
+        external_window: duration(
+            "detect.external-window",
+            &file.external_window,
+            EXTERNAL_WINDOW_RANGE,
+            d.external_window,
+        )?,
+        external_rise: size("detect.external-rise", &file.external_rise, d.external_rise)?,
+        external_horizon: duration(
+            "detect.external-horizon",
+            &file.external_horizon,
+            EXTERNAL_HORIZON_RANGE,
+            d.external_horizon,
+        )?,
+        idle_min_bytes: size("detect.idle-min", &file.idle_min, d.idle_min_bytes)?,
+        idle_duration: duration(
+            "detect.idle-duration",
+            &file.idle_duration,
+            IDLE_DURATION_RANGE,
+            d.idle_duration,
+        )?,
+    })
+}
+
+/// `detect.near-capacity-warn`, `-critical` and `-hysteresis`: percentages in the file,
+/// fractions in [`Rules`].
+fn near_capacity_levels(
+    f: &Checker<'_>,
+    file: &DetectFile,
+    d: &Rules,
+) -> Result<(f64, f64, f64), ConfigError> {
+    let percent = |key: &str, number: Option<Number>, range, fallback| {
+        f.number(key, number, range).map(|v| {
+            layer(
+                None,
+                v.map(|s| Sourced {
+                    value: percent_to_fraction(s.value),
+                    origin: s.origin,
+                }),
+                default(key, fallback),
+            )
+        })
+    };
+    let warn = percent(
+        "detect.near-capacity-warn",
+        file.near_capacity_warn,
+        NEAR_CAPACITY_PERCENT_RANGE,
+        d.near_capacity_warn,
+    )?;
+    let critical = percent(
+        "detect.near-capacity-critical",
+        file.near_capacity_critical,
+        NEAR_CAPACITY_PERCENT_RANGE,
+        d.near_capacity_critical,
+    )?;
+    let hysteresis = percent(
+        "detect.near-capacity-hysteresis",
+        file.near_capacity_hysteresis,
+        HYSTERESIS_RANGE,
+        d.near_capacity_hysteresis,
+    )?;
+    Ok((
+        warn.value,
+        critical_for(&warn, &critical)?,
+        hysteresis.value,
+    ))
+}
+
+/// The critical level must not be below the warning level. Left at its default, it follows a
+/// higher warning level; set explicitly lower, it is an error naming both origins.
+fn critical_for(warn: &Sourced<f64>, critical: &Sourced<f64>) -> Result<f64, ConfigError> {
+    if critical.value >= warn.value {
+        return Ok(critical.value);
+    }
+    if matches!(critical.origin, Origin::Default { .. }) {
+        return Ok(warn.value);
+    }
+    Err(ConfigError::Conflict {
+        message: format!(
+            "the near-capacity critical level {}% ({}) is below the warning level {}% ({}); \
+             critical must be at least warn",
+            format_number(fraction_to_percent(critical.value)),
+            critical.origin,
+            format_number(fraction_to_percent(warn.value)),
+            warn.origin,
+        ),
+    })
+}
+
+fn resolve_alerts(
+    f: &Checker<'_>,
+    file: &AlertsFile,
+    base_dir: Option<&Path>,
+    d: AlertOptions,
+) -> Result<AlertOptions, ConfigError> {
+    let jsonl = f.file("alerts.jsonl", file.jsonl.as_deref(), |text| {
+        output_path(text, base_dir)
+    })?;
+    let command = f.file("alerts.command", file.command.as_deref(), |text| {
+        if text.trim().is_empty() {
+            Err(ValueError::Empty {
+                expected: "a shell command",
+            })
+        } else {
+            Ok(text.to_owned())
+        }
+    })?;
+    let webhook = f.file("alerts.webhook", file.webhook.as_deref(), parse_webhook_url)?;
+    let webhook_timeout = f.file(
+        "alerts.webhook-timeout",
+        file.webhook_timeout.as_deref(),
+        duration_in(WEBHOOK_TIMEOUT_RANGE),
+    )?;
+    let webhook_retries = f.integer(
+        "alerts.webhook-retries",
+        file.webhook_retries,
+        WEBHOOK_RETRIES_RANGE,
+    )?;
+    let min_severity = f.file(
+        "alerts.min-severity",
+        file.min_severity.as_deref(),
+        Severity::parse_name,
+    )?;
+    let rate_limit = f.file(
+        "alerts.rate-limit",
+        file.rate_limit.as_deref(),
+        duration_in(RATE_LIMIT_RANGE),
+    )?;
+    let queue = f.integer("alerts.queue", file.queue, ALERT_QUEUE_RANGE)?;
+    Ok(AlertOptions {
+        log: layer(None, file.log, d.log),
+        jsonl: layer(None, value(jsonl).map(Some), d.jsonl),
+        command: layer(None, value(command).map(Some), d.command),
+        webhook: layer(None, value(webhook).map(Some), d.webhook),
+        webhook_timeout: layer(None, value(webhook_timeout), d.webhook_timeout),
+        // In range, so these conversions cannot fail.
+        webhook_retries: layer(
+            None,
+            webhook_retries.and_then(|n| u32::try_from(n).ok()),
+            d.webhook_retries,
+        ),
+        desktop: layer(None, file.desktop, d.desktop),
+        min_severity: layer(None, value(min_severity), d.min_severity),
+        rate_limit: layer(None, value(rate_limit), d.rate_limit),
+        queue: layer(None, queue.and_then(|n| usize::try_from(n).ok()), d.queue),
+    })
+}
+
+/// A file the program writes (`alerts.jsonl`): a relative path, even a bare file name, is taken
+/// relative to the config file's directory.
+fn output_path(text: &str, base_dir: Option<&Path>) -> Result<PathBuf, ValueError> {
+    if text.trim().is_empty() {
+        return Err(ValueError::Empty {
+            expected: "a path to a file",
+        });
+    }
+    let path = PathBuf::from(text);
+    Ok(match base_dir {
+        Some(dir) if path.is_relative() => dir.join(path),
+        _ => path,
+    })
+}
+
 /// The slow cadence must not be faster than the fast one. Left at its default, it follows a
 /// longer interval; set explicitly, a shorter value is an error naming both origins.
 fn slow_interval_for(
@@ -635,10 +926,55 @@ impl Config {
             snapshot: Some(SnapshotFile {
                 show_unattributed_min: Some(format_size(self.snapshot.show_unattributed_min)),
             }),
+            detect: Some(detect_file(&self.detect)),
+            alerts: Some(alerts_file(&self.alerts)),
         };
         let body = toml::to_string(&file)
             .unwrap_or_else(|e| format!("# cannot write the config as TOML: {e}\n"));
         format!("# gpuwatch: effective configuration\n\n{body}")
+    }
+}
+
+/// `[detect]` as written: fractions back to percentages, bytes per second back to MiB per
+/// minute, each as the shortest number that reads back to exactly the same value.
+fn detect_file(r: &Rules) -> DetectFile {
+    let duration = |d: Duration| Some(format_duration(d));
+    let size = |b: u64| Some(format_size(b));
+    let percent = |x: f64| Some(Number(fraction_to_percent(x)));
+    let rate = |x: f64| Some(Number(bytes_per_s_to_mib_per_min(x)));
+    DetectFile {
+        near_capacity_warn: percent(r.near_capacity_warn),
+        near_capacity_critical: percent(r.near_capacity_critical),
+        near_capacity_headroom: size(r.near_capacity_headroom),
+        near_capacity_hysteresis: percent(r.near_capacity_hysteresis),
+        near_capacity_min_duration: duration(r.near_capacity_min_duration),
+        filling_window: duration(r.filling_window),
+        filling_horizon: duration(r.filling_horizon),
+        filling_min_rate: rate(r.filling_min_rate),
+        leak_warmup: duration(r.leak_warmup),
+        leak_sustain: duration(r.leak_sustain),
+        leak_min_rate: rate(r.leak_min_rate),
+        external_window: duration(r.external_window),
+        external_rise: size(r.external_rise),
+        external_horizon: duration(r.external_horizon),
+        idle_min: size(r.idle_min_bytes),
+        idle_duration: duration(r.idle_duration),
+    }
+}
+
+/// `[alerts]` as written; unset paths, commands and URLs are left out.
+fn alerts_file(a: &AlertOptions) -> AlertsFile {
+    AlertsFile {
+        log: Some(a.log),
+        jsonl: a.jsonl.as_ref().map(|p| p.to_string_lossy().into_owned()),
+        command: a.command.clone(),
+        webhook: a.webhook.clone(),
+        webhook_timeout: Some(format_duration(a.webhook_timeout)),
+        webhook_retries: Some(i64::from(a.webhook_retries)),
+        desktop: Some(a.desktop),
+        min_severity: Some(a.min_severity.to_string()),
+        rate_limit: Some(format_duration(a.rate_limit)),
+        queue: Some(i64::try_from(a.queue).unwrap_or(i64::MAX)),
     }
 }
 

@@ -43,15 +43,19 @@ fn shipped_default_toml_sets_every_key() {
     for (section, keys) in SCHEMA {
         let table = doc[*section].as_table().unwrap();
         for key in *keys {
-            // nvml.library has no default value; it is documented, commented out.
-            if (*section, *key) == ("nvml", "library") {
-                assert!(DEFAULT_TOML.contains("# library = "));
+            // Keys without a default value are documented, commented out.
+            if matches!(
+                (*section, *key),
+                ("nvml", "library") | ("alerts", "jsonl" | "command" | "webhook")
+            ) {
+                assert!(DEFAULT_TOML.contains(&format!("\n# {key} = ")), "{key}");
                 continue;
             }
             assert!(table.contains_key(*key), "{section}.{key} missing");
         }
     }
     assert!(file.nvml.unwrap().library.is_none());
+    assert_eq!(file.alerts.unwrap().jsonl, None);
 }
 
 #[test]
@@ -79,8 +83,326 @@ fn a_changed_config_round_trips_through_to_toml() {
     c.pick.format = PickFormat::Uuid;
     c.history.window = Duration::from_hours(24);
     c.snapshot.show_unattributed_min = 0;
+    c.detect = crate::detect::Rules {
+        near_capacity_warn: 0.925,
+        near_capacity_critical: 0.99,
+        near_capacity_headroom: 512 << 20,
+        near_capacity_hysteresis: 0.025,
+        near_capacity_min_duration: Duration::ZERO,
+        filling_window: Duration::from_secs(30),
+        filling_horizon: Duration::from_hours(2),
+        filling_min_rate: mib_per_min_to_bytes_per_s(12.5),
+        leak_warmup: Duration::from_secs(90),
+        leak_sustain: Duration::from_mins(20),
+        leak_min_rate: 3.0 * 1024.0 * 1024.0,
+        external_window: Duration::from_secs(45),
+        external_rise: 3 << 29,
+        external_horizon: Duration::from_mins(30),
+        idle_min_bytes: 4_000_000_000,
+        idle_duration: Duration::from_hours(1),
+    };
+    c.alerts = crate::alert::AlertOptions {
+        log: false,
+        jsonl: Some("/var/log/gpuwatch/events.jsonl".into()),
+        command: Some("echo \"$GPUWATCH_RULE\" >> /tmp/x".to_owned()),
+        webhook: Some("https://hooks.example.com/T0/B0?x=1".to_owned()),
+        webhook_timeout: Duration::from_millis(250),
+        webhook_retries: 0,
+        desktop: true,
+        min_severity: crate::detect::Severity::Info,
+        rate_limit: Duration::ZERO,
+        queue: 10_000,
+    };
+    // Every key of the two sections differs from its default.
+    let d = Config::default();
     let text = c.to_toml();
+    let changed = toml::from_str::<toml::Table>(&text).unwrap();
+    let default = toml::from_str::<toml::Table>(&d.to_toml()).unwrap();
+    for (section, keys) in SCHEMA
+        .iter()
+        .filter(|(s, _)| ["detect", "alerts"].contains(s))
+    {
+        for key in *keys {
+            assert_ne!(
+                changed[*section].get(*key),
+                default[*section].get(*key),
+                "{section}.{key}"
+            );
+        }
+    }
     assert_eq!(resolve_text(&text).unwrap(), c, "{text}");
+}
+
+#[test]
+fn detect_and_alerts_sections_print_as_written() {
+    let text = Config::default().to_toml();
+    for line in [
+        "[detect]\nnear-capacity-warn = 90\nnear-capacity-critical = 97\n",
+        "near-capacity-hysteresis = 5\n",
+        "filling-min-rate = 60\n",
+        "leak-min-rate = 10\n",
+        "idle-min = \"1GiB\"\n",
+        "[alerts]\nlog = true\nwebhook-timeout = \"5s\"\nwebhook-retries = 3\n",
+        "min-severity = \"warning\"\n",
+        "queue = 64\n",
+    ] {
+        assert!(text.contains(line), "{line}\n{text}");
+    }
+    let mut c = Config::default();
+    c.detect.near_capacity_warn = 0.925;
+    c.detect.leak_min_rate = mib_per_min_to_bytes_per_s(2.5);
+    let text = c.to_toml();
+    assert!(text.contains("near-capacity-warn = 92.5\n"), "{text}");
+    assert!(text.contains("leak-min-rate = 2.5\n"), "{text}");
+}
+
+#[test]
+fn detect_and_alerts_values_are_read_and_converted() {
+    let c = resolve_text(
+        r#"
+        [detect]
+        near-capacity-warn = 80
+        near-capacity-critical = 95.5
+        near-capacity-hysteresis = 0
+        filling-min-rate = 120
+        leak-min-rate = 0.5
+        idle-min = "512MiB"
+        [alerts]
+        log = false
+        jsonl = "events.jsonl"
+        webhook = "http://localhost:8080/hook"
+        webhook-retries = 10
+        min-severity = "Critical"
+        queue = 1
+        "#,
+    )
+    .unwrap();
+    assert_eq!(c.detect.near_capacity_warn.to_bits(), 0.80_f64.to_bits());
+    assert_eq!(
+        c.detect.near_capacity_critical.to_bits(),
+        0.955_f64.to_bits()
+    );
+    assert_eq!(
+        c.detect.near_capacity_hysteresis.to_bits(),
+        0.0_f64.to_bits()
+    );
+    assert_eq!(c.detect.filling_min_rate.to_bits(), 2_097_152_f64.to_bits());
+    assert_eq!(
+        c.detect.leak_min_rate.to_bits(),
+        (1024.0_f64 * 1024.0 / 120.0).to_bits()
+    );
+    assert_eq!(c.detect.idle_min_bytes, 512 << 20);
+    assert_eq!(c.detect.leak_sustain, Duration::from_mins(5)); // default
+    assert!(!c.alerts.log);
+    assert_eq!(c.alerts.jsonl, Some("/x/events.jsonl".into()));
+    assert_eq!(
+        c.alerts.webhook.as_deref(),
+        Some("http://localhost:8080/hook")
+    );
+    assert_eq!(c.alerts.webhook_retries, 10);
+    assert_eq!(c.alerts.min_severity, crate::detect::Severity::Critical);
+    assert_eq!(c.alerts.queue, 1);
+    assert_eq!(c.alerts.rate_limit, Duration::from_mins(1)); // default
+}
+
+#[test]
+fn detect_and_alerts_out_of_range_name_file_key_and_range() {
+    for (text, expected) in [
+        (
+            "[detect]\nnear-capacity-warn = 45",
+            "detect.near-capacity-warn = 45 is out of range (expected a percentage from 50 to \
+             100)",
+        ),
+        (
+            "[detect]\nnear-capacity-critical = 100.5",
+            "detect.near-capacity-critical = 100.5 is out of range (expected a percentage from \
+             50 to 100)",
+        ),
+        (
+            "[detect]\nnear-capacity-hysteresis = 21",
+            "detect.near-capacity-hysteresis = 21 is out of range (expected a number of \
+             percentage points from 0 to 20)",
+        ),
+        (
+            "[detect]\nfilling-min-rate = -1",
+            "detect.filling-min-rate = -1 is out of range (expected a rate in MiB per minute of \
+             at least 0)",
+        ),
+        (
+            "[detect]\nleak-min-rate = nan",
+            "detect.leak-min-rate = nan is out of range (expected a rate in MiB per minute of \
+             at least 0)",
+        ),
+        (
+            "[detect]\nnear-capacity-min-duration = \"11m\"",
+            "detect.near-capacity-min-duration = \"11m\" is out of range (expected a duration \
+             from 0s to 10m)",
+        ),
+        (
+            "[detect]\nfilling-window = \"1s\"",
+            "detect.filling-window = \"1s\" is out of range (expected a duration from 5s to 10m)",
+        ),
+        (
+            "[detect]\nfilling-horizon = \"2d\"",
+            "detect.filling-horizon = \"2d\" is out of range (expected a duration from 60s to 24h)",
+        ),
+        (
+            "[detect]\nleak-warmup = \"2h\"",
+            "detect.leak-warmup = \"2h\" is out of range (expected a duration from 0s to 1h)",
+        ),
+        (
+            "[detect]\nleak-sustain = \"10s\"",
+            "detect.leak-sustain = \"10s\" is out of range (expected a duration from 30s to 24h)",
+        ),
+        (
+            "[detect]\nexternal-window = \"5s\"",
+            "detect.external-window = \"5s\" is out of range (expected a duration from 10s to 1h)",
+        ),
+        (
+            "[detect]\nexternal-horizon = \"30s\"",
+            "detect.external-horizon = \"30s\" is out of range (expected a duration from 60s to \
+             24h)",
+        ),
+        (
+            "[detect]\nidle-duration = \"59s\"",
+            "detect.idle-duration = \"59s\" is out of range (expected a duration from 60s to 24h)",
+        ),
+        (
+            "[alerts]\nwebhook-timeout = \"50ms\"",
+            "alerts.webhook-timeout = \"50ms\" is out of range (expected a duration from 100ms \
+             to 5m)",
+        ),
+        (
+            "[alerts]\nrate-limit = \"25h\"",
+            "alerts.rate-limit = \"25h\" is out of range (expected a duration from 0s to 24h)",
+        ),
+        (
+            "[alerts]\nwebhook-retries = 11",
+            "alerts.webhook-retries = 11 is out of range (expected a whole number from 0 to 10)",
+        ),
+        (
+            "[alerts]\nqueue = 0",
+            "alerts.queue = 0 is out of range (expected a whole number from 1 to 10000)",
+        ),
+        (
+            "[alerts]\nqueue = 10001",
+            "alerts.queue = 10001 is out of range (expected a whole number from 1 to 10000)",
+        ),
+    ] {
+        assert_eq!(
+            err_text(text),
+            format!("config file '/x/config.toml': {expected}"),
+            "{text}"
+        );
+    }
+}
+
+#[test]
+fn detect_and_alerts_bad_forms_name_file_key_and_expected_form() {
+    let e = err_text("[detect]\nnear-capacity-headroom = \"2G\"");
+    assert!(
+        e.starts_with(
+            "config file '/x/config.toml': detect.near-capacity-headroom = \"2G\" is ambiguous"
+        ),
+        "{e}"
+    );
+    assert_eq!(
+        err_text("[alerts]\nwebhook = \"hooks.example.com/x\""),
+        "config file '/x/config.toml': alerts.webhook = \"hooks.example.com/x\" is not a webhook \
+         URL (expected a URL starting with http:// or https://)"
+    );
+    assert_eq!(
+        err_text("[alerts]\nmin-severity = \"error\""),
+        "config file '/x/config.toml': alerts.min-severity = \"error\" is not one of info, \
+         warning, critical"
+    );
+    assert_eq!(
+        err_text("[alerts]\ncommand = \" \""),
+        "config file '/x/config.toml': alerts.command = \" \" is empty (expected a shell command)"
+    );
+    assert_eq!(
+        err_text("[alerts]\njsonl = \"\""),
+        "config file '/x/config.toml': alerts.jsonl = \"\" is empty (expected a path to a file)"
+    );
+}
+
+#[test]
+fn detect_and_alerts_wrong_toml_types_name_the_key() {
+    let e = err_text("[alerts]\nlog = \"yes\"\n");
+    assert!(
+        e.starts_with("config file '/x/config.toml': alerts.log: line 2, column 7: "),
+        "{e}"
+    );
+    assert!(
+        e.contains("invalid type: string \"yes\", expected a boolean"),
+        "{e}"
+    );
+    let e = err_text("[alerts]\nqueue = 6.5\n");
+    assert!(e.contains("alerts.queue: line 2"), "{e}");
+    let e = err_text("[detect]\nnear-capacity-warn = \"90%\"\n");
+    assert!(e.contains("detect.near-capacity-warn: line 2"), "{e}");
+    let e = err_text("[detect]\nidle-min = 1024\n");
+    assert!(e.contains("detect.idle-min: line 2"), "{e}");
+}
+
+#[test]
+fn near_capacity_critical_below_warn_names_both() {
+    assert_eq!(
+        err_text("[detect]\nnear-capacity-warn = 95\nnear-capacity-critical = 92.5"),
+        "the near-capacity critical level 92.5% (detect.near-capacity-critical in config file \
+         '/x/config.toml') is below the warning level 95% (detect.near-capacity-warn in config \
+         file '/x/config.toml'); critical must be at least warn"
+    );
+    // Explicitly set to the default value still counts as set.
+    let e = err_text("[detect]\nnear-capacity-warn = 98\nnear-capacity-critical = 97");
+    assert!(
+        e.contains("critical level 97% (detect.near-capacity-critical in"),
+        "{e}"
+    );
+    // Equal is fine.
+    let c = resolve_text("[detect]\nnear-capacity-warn = 96\nnear-capacity-critical = 96").unwrap();
+    assert_eq!(
+        c.detect.near_capacity_critical.to_bits(),
+        c.detect.near_capacity_warn.to_bits()
+    );
+}
+
+#[test]
+fn default_near_capacity_critical_follows_a_higher_warn() {
+    let c = resolve_text("[detect]\nnear-capacity-warn = 99").unwrap();
+    assert_eq!(
+        c.detect.near_capacity_critical.to_bits(),
+        0.99_f64.to_bits()
+    );
+    assert_eq!(c.detect.near_capacity_warn.to_bits(), 0.99_f64.to_bits());
+}
+
+#[test]
+fn unknown_keys_in_detect_and_alerts() {
+    let e = err_text("[detect]\nnear-capacity-warn = 90\nnear-capacity = 80\n");
+    assert!(
+        e.starts_with(
+            "config file '/x/config.toml': unknown key 'detect.near-capacity' at line 3, \
+             column 1 (valid keys in [detect]: near-capacity-warn, near-capacity-critical, "
+        ),
+        "{e}"
+    );
+    assert!(e.ends_with("idle-min, idle-duration)"), "{e}");
+    assert_eq!(
+        err_text("[alerts]\nslack = \"https://x\"\n"),
+        "config file '/x/config.toml': unknown key 'alerts.slack' at line 2, column 1 (valid \
+         keys in [alerts]: log, jsonl, command, webhook, webhook-timeout, webhook-retries, \
+         desktop, min-severity, rate-limit, queue)"
+    );
+}
+
+#[test]
+fn severity_names_agree_with_its_display() {
+    use crate::detect::Severity;
+    for v in [Severity::Info, Severity::Warning, Severity::Critical] {
+        assert_eq!(Severity::parse_name(&v.to_string()), Ok(v));
+        assert_eq!(v.name(), v.to_string());
+    }
 }
 
 #[test]
@@ -249,12 +571,12 @@ fn unknown_section_names_the_valid_sections() {
     assert_eq!(
         err_text("\n[sampler]\ninterval = \"1s\""),
         "config file '/x/config.toml': unknown section 'sampler' at line 2, column 2 \
-         (valid sections: sampling, nvml, display, watch, pick, history, snapshot)"
+         (valid sections: sampling, nvml, display, watch, pick, history, snapshot, detect, alerts)"
     );
     assert_eq!(
         err_text("color = \"never\""),
         "config file '/x/config.toml': unknown section 'color' at line 1, column 1 \
-         (valid sections: sampling, nvml, display, watch, pick, history, snapshot)"
+         (valid sections: sampling, nvml, display, watch, pick, history, snapshot, detect, alerts)"
     );
 }
 
@@ -514,6 +836,26 @@ fn default_values_lie_in_their_ranges() {
     assert!(REINIT_BACKOFF_MAX_RANGE.contains(d.nvml.reinit_backoff_max));
     assert!(HISTORY_WINDOW_RANGE.contains(d.history.window));
     assert!(d.pick.count >= MIN_PICK_COUNT);
+    let r = &d.detect;
+    assert!(NEAR_CAPACITY_PERCENT_RANGE.contains(fraction_to_percent(r.near_capacity_warn)));
+    assert!(NEAR_CAPACITY_PERCENT_RANGE.contains(fraction_to_percent(r.near_capacity_critical)));
+    assert!(r.near_capacity_critical >= r.near_capacity_warn);
+    assert!(HYSTERESIS_RANGE.contains(fraction_to_percent(r.near_capacity_hysteresis)));
+    assert!(NEAR_CAPACITY_MIN_DURATION_RANGE.contains(r.near_capacity_min_duration));
+    assert!(FILLING_WINDOW_RANGE.contains(r.filling_window));
+    assert!(FILLING_HORIZON_RANGE.contains(r.filling_horizon));
+    assert!(GROWTH_RATE_RANGE.contains(bytes_per_s_to_mib_per_min(r.filling_min_rate)));
+    assert!(LEAK_WARMUP_RANGE.contains(r.leak_warmup));
+    assert!(LEAK_SUSTAIN_RANGE.contains(r.leak_sustain));
+    assert!(GROWTH_RATE_RANGE.contains(bytes_per_s_to_mib_per_min(r.leak_min_rate)));
+    assert!(EXTERNAL_WINDOW_RANGE.contains(r.external_window));
+    assert!(EXTERNAL_HORIZON_RANGE.contains(r.external_horizon));
+    assert!(IDLE_DURATION_RANGE.contains(r.idle_duration));
+    let a = &d.alerts;
+    assert!(WEBHOOK_TIMEOUT_RANGE.contains(a.webhook_timeout));
+    assert!(RATE_LIMIT_RANGE.contains(a.rate_limit));
+    assert!(check_integer(WEBHOOK_RETRIES_RANGE, i64::from(a.webhook_retries)).is_ok());
+    assert!(check_integer(ALERT_QUEUE_RANGE, i64::try_from(a.queue).unwrap()).is_ok());
 }
 
 /// The public parsers plug into clap as value parsers, and clap's message names the flag.

@@ -61,6 +61,88 @@ pub const HISTORY_WINDOW_RANGE: DurationRange = DurationRange::new(secs(10), sec
 /// The smallest accepted `pick.count` / `--count`.
 pub const MIN_PICK_COUNT: u32 = 1;
 
+/// `detect.near-capacity-min-duration`.
+pub const NEAR_CAPACITY_MIN_DURATION_RANGE: DurationRange = DurationRange::new(secs(0), secs(600));
+/// `detect.filling-window`.
+pub const FILLING_WINDOW_RANGE: DurationRange = DurationRange::new(secs(5), secs(600));
+/// `detect.filling-horizon`.
+pub const FILLING_HORIZON_RANGE: DurationRange = DurationRange::new(secs(60), secs(24 * 3600));
+/// `detect.leak-warmup`.
+pub const LEAK_WARMUP_RANGE: DurationRange = DurationRange::new(secs(0), secs(3600));
+/// `detect.leak-sustain`.
+pub const LEAK_SUSTAIN_RANGE: DurationRange = DurationRange::new(secs(30), secs(24 * 3600));
+/// `detect.external-window`.
+pub const EXTERNAL_WINDOW_RANGE: DurationRange = DurationRange::new(secs(10), secs(3600));
+/// `detect.external-horizon`.
+pub const EXTERNAL_HORIZON_RANGE: DurationRange = DurationRange::new(secs(60), secs(24 * 3600));
+/// `detect.idle-duration`.
+pub const IDLE_DURATION_RANGE: DurationRange = DurationRange::new(secs(60), secs(24 * 3600));
+/// `alerts.webhook-timeout`.
+pub const WEBHOOK_TIMEOUT_RANGE: DurationRange = DurationRange::new(ms(100), secs(300));
+/// `alerts.rate-limit`.
+pub const RATE_LIMIT_RANGE: DurationRange = DurationRange::new(secs(0), secs(24 * 3600));
+
+/// An inclusive range of accepted numbers (integers or not), described for messages, e.g.
+/// "a percentage from 50 to 100".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NumberRange {
+    /// What the number is, with its article: "a percentage".
+    pub what: &'static str,
+    pub min: u32,
+    /// `None`: no upper bound.
+    pub max: Option<u32>,
+}
+
+impl NumberRange {
+    /// Whether `x` lies in the range; never for NaN or an infinity.
+    pub fn contains(&self, x: f64) -> bool {
+        x.is_finite() && f64::from(self.min) <= x && self.max.is_none_or(|max| x <= f64::from(max))
+    }
+}
+
+impl fmt::Display for NumberRange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.max {
+            Some(max) => write!(f, "{} from {} to {max}", self.what, self.min),
+            None => write!(f, "{} of at least {}", self.what, self.min),
+        }
+    }
+}
+
+/// `detect.near-capacity-warn` and `detect.near-capacity-critical`, in percent.
+pub const NEAR_CAPACITY_PERCENT_RANGE: NumberRange = NumberRange {
+    what: "a percentage",
+    min: 50,
+    max: Some(100),
+};
+/// `detect.near-capacity-hysteresis`, in percentage points.
+pub const HYSTERESIS_RANGE: NumberRange = NumberRange {
+    what: "a number of percentage points",
+    min: 0,
+    max: Some(20),
+};
+/// `detect.filling-min-rate` and `detect.leak-min-rate`, in MiB per minute.
+pub const GROWTH_RATE_RANGE: NumberRange = NumberRange {
+    what: "a rate in MiB per minute",
+    min: 0,
+    max: None,
+};
+
+/// An inclusive range of accepted whole numbers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IntRange {
+    pub min: i64,
+    pub max: i64,
+}
+
+/// `alerts.webhook-retries`.
+pub const WEBHOOK_RETRIES_RANGE: IntRange = IntRange { min: 0, max: 10 };
+/// `alerts.queue`.
+pub const ALERT_QUEUE_RANGE: IntRange = IntRange {
+    min: 1,
+    max: 10_000,
+};
+
 /// Why a value was refused. Displays as a phrase that reads after "is", e.g.
 /// `out of range (expected a duration from 100ms to 60s)`, which is also what clap prints
 /// after `invalid value '5ms' for '--interval <DURATION>': `.
@@ -85,6 +167,14 @@ pub enum ValueError {
     WatchSpec(WatchSpecProblem),
     #[error("empty (expected a path to the NVML library)")]
     EmptyPath,
+    #[error("out of range (expected {range})")]
+    NumberOutOfRange { range: NumberRange },
+    #[error("out of range (expected a whole number from {min} to {max})")]
+    IntegerOutOfRange { min: i64, max: i64 },
+    #[error("empty (expected {expected})")]
+    Empty { expected: &'static str },
+    #[error("not a webhook URL (expected a URL starting with http:// or https://)")]
+    NotWebhookUrl,
 }
 
 /// Parses a duration ("100ms", "1s", "2m", "1m 30s") and checks it lies in `range`.
@@ -153,6 +243,100 @@ pub fn parse_count(text: &str) -> Result<u32, ValueError> {
             min: i64::from(MIN_PICK_COUNT),
         })?;
     check_count(n)
+}
+
+/// Checks a number against `range`.
+pub fn check_number(range: NumberRange, x: f64) -> Result<f64, ValueError> {
+    if range.contains(x) {
+        Ok(x)
+    } else {
+        Err(ValueError::NumberOutOfRange { range })
+    }
+}
+
+/// Checks a whole number against `range`.
+pub fn check_integer(range: IntRange, n: i64) -> Result<i64, ValueError> {
+    if (range.min..=range.max).contains(&n) {
+        Ok(n)
+    } else {
+        Err(ValueError::IntegerOutOfRange {
+            min: range.min,
+            max: range.max,
+        })
+    }
+}
+
+/// Checks a webhook URL: `http://` or `https://` (any case) followed by something, no spaces.
+/// Gives it back without surrounding whitespace.
+pub fn parse_webhook_url(text: &str) -> Result<String, ValueError> {
+    let url = text.trim();
+    let lower = url.to_ascii_lowercase();
+    let rest = lower
+        .strip_prefix("https://")
+        .or_else(|| lower.strip_prefix("http://"));
+    match rest {
+        Some(rest) if !rest.is_empty() && !rest.contains(char::is_whitespace) => Ok(url.to_owned()),
+        _ => Err(ValueError::NotWebhookUrl),
+    }
+}
+
+const BYTES_PER_MIB: f64 = 1_048_576.0;
+
+/// A percentage as written in the file (`90`) to the fraction the detector uses (`0.9`).
+/// One correctly rounded division, so `90` gives exactly the literal `0.90`.
+pub fn percent_to_fraction(percent: f64) -> f64 {
+    percent / 100.0
+}
+
+/// The inverse of [`percent_to_fraction`]: the shortest decimal that converts back to exactly
+/// `fraction` (`0.97` gives `97`, not `97.00000000000001`).
+pub fn fraction_to_percent(fraction: f64) -> f64 {
+    shortest_preimage(fraction * 100.0, fraction, percent_to_fraction)
+}
+
+/// A growth rate as written in the file (MiB per minute) to bytes per second.
+/// `60` gives exactly 1 MiB/s; `10` gives exactly `1024.0 * 1024.0 / 6.0`.
+pub fn mib_per_min_to_bytes_per_s(mib_per_min: f64) -> f64 {
+    mib_per_min * BYTES_PER_MIB / 60.0
+}
+
+/// The inverse of [`mib_per_min_to_bytes_per_s`]: the shortest decimal that converts back to
+/// exactly `bytes_per_s`.
+pub fn bytes_per_s_to_mib_per_min(bytes_per_s: f64) -> f64 {
+    shortest_preimage(
+        bytes_per_s * 60.0 / BYTES_PER_MIB,
+        bytes_per_s,
+        mib_per_min_to_bytes_per_s,
+    )
+}
+
+/// The number with the fewest decimals, rounded from `approx`, that `convert` maps to exactly
+/// `target`; `approx` itself when there is none. So a value read from a file and converted is
+/// written back as the number that was read (or an equally short one that reads back the same).
+fn shortest_preimage(approx: f64, target: f64, convert: fn(f64) -> f64) -> f64 {
+    if !approx.is_finite() {
+        return approx;
+    }
+    for decimals in 0..=17 {
+        if let Ok(x) = format!("{approx:.decimals$}").parse::<f64>()
+            && convert(x).to_bits() == target.to_bits()
+        {
+            return x;
+        }
+    }
+    approx
+}
+
+/// A number the way TOML writes it: whole numbers without a fraction (`90`), others as the
+/// shortest text that reads back the same (`92.5`), `nan` and `inf` as TOML spells them.
+pub fn format_number(x: f64) -> String {
+    if x.is_nan() {
+        "nan".to_owned()
+    } else if x.is_infinite() {
+        if x > 0.0 { "inf" } else { "-inf" }.to_owned()
+    } else {
+        format!("{x}")
+    }
 }
 
 /// Formats a duration the way a person writes it and [`parse_duration_in`] reads it back:
@@ -284,6 +468,86 @@ mod tests {
         assert!(check_count(0).is_err());
         assert!(check_count(-2).is_err());
         assert!(parse_count("two").is_err());
+    }
+
+    #[test]
+    fn percentages_convert_exactly_both_ways() {
+        assert_eq!(percent_to_fraction(90.0).to_bits(), 0.90_f64.to_bits());
+        assert_eq!(percent_to_fraction(97.0).to_bits(), 0.97_f64.to_bits());
+        assert_eq!(percent_to_fraction(5.0).to_bits(), 0.05_f64.to_bits());
+        assert_eq!(format_number(fraction_to_percent(0.97)), "97");
+        assert_eq!(format_number(fraction_to_percent(0.9)), "90");
+        assert_eq!(format_number(fraction_to_percent(0.925)), "92.5");
+        // Every percentage with up to two decimals comes back as written.
+        for hundredths in 0..=10_000_u32 {
+            let text = format!("{}.{:02}", hundredths / 100, hundredths % 100);
+            let p: f64 = text.parse().unwrap();
+            let back = fraction_to_percent(percent_to_fraction(p));
+            assert_eq!(back.to_bits(), p.to_bits(), "{text}");
+        }
+    }
+
+    #[test]
+    fn growth_rates_convert_exactly_both_ways() {
+        assert_eq!(
+            mib_per_min_to_bytes_per_s(60.0).to_bits(),
+            1_048_576_f64.to_bits()
+        );
+        assert_eq!(
+            mib_per_min_to_bytes_per_s(10.0).to_bits(),
+            (1024.0_f64 * 1024.0 / 6.0).to_bits()
+        );
+        assert_eq!(
+            format_number(bytes_per_s_to_mib_per_min(1024.0 * 1024.0 / 6.0)),
+            "10"
+        );
+        assert_eq!(format_number(bytes_per_s_to_mib_per_min(1_048_576.0)), "60");
+        for tenths in 0..=100_000_u32 {
+            let text = format!("{}.{}", tenths / 10, tenths % 10);
+            let r: f64 = text.parse().unwrap();
+            let back = bytes_per_s_to_mib_per_min(mib_per_min_to_bytes_per_s(r));
+            assert_eq!(back.to_bits(), r.to_bits(), "{text}");
+        }
+    }
+
+    #[test]
+    fn numbers_and_integers_check_their_ranges() {
+        assert_eq!(check_number(NEAR_CAPACITY_PERCENT_RANGE, 50.0), Ok(50.0));
+        assert_eq!(check_number(NEAR_CAPACITY_PERCENT_RANGE, 100.0), Ok(100.0));
+        let err = check_number(NEAR_CAPACITY_PERCENT_RANGE, 49.9).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "out of range (expected a percentage from 50 to 100)"
+        );
+        assert!(check_number(NEAR_CAPACITY_PERCENT_RANGE, f64::NAN).is_err());
+        assert!(check_number(GROWTH_RATE_RANGE, f64::INFINITY).is_err());
+        assert_eq!(
+            check_number(GROWTH_RATE_RANGE, -1.0)
+                .unwrap_err()
+                .to_string(),
+            "out of range (expected a rate in MiB per minute of at least 0)"
+        );
+        assert_eq!(check_integer(WEBHOOK_RETRIES_RANGE, 0), Ok(0));
+        assert_eq!(
+            check_integer(ALERT_QUEUE_RANGE, 0).unwrap_err().to_string(),
+            "out of range (expected a whole number from 1 to 10000)"
+        );
+    }
+
+    #[test]
+    fn webhook_urls_need_a_scheme() {
+        assert_eq!(
+            parse_webhook_url(" https://hooks.example/x "),
+            Ok("https://hooks.example/x".to_owned())
+        );
+        assert!(parse_webhook_url("HTTP://h").is_ok());
+        for bad in ["hooks.example/x", "ftp://h", "https://", "http://a b", ""] {
+            assert_eq!(
+                parse_webhook_url(bad),
+                Err(ValueError::NotWebhookUrl),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

@@ -12,22 +12,25 @@ use gpuwatch::model::ProcSample;
 use gpuwatch::source::scripted::ScriptedSource;
 use scenario::Scenario;
 
-fn scenario() -> String {
+fn scenario(leak_every: usize) -> String {
     let mut s = String::new();
     for g in 0..8 {
         let _ = writeln!(s, "[[gpu]]\nmemory_total = \"143771MiB\"\nutil_gpu = 80");
         for p in 0..64 {
             // A mix: flat holders, slow ramps, periodic buffers, idle ones.
-            let used = match p % 4 {
-                0 => "\"1GiB\"".to_string(),
-                1 => format!(
+            let used = if p % leak_every == 1 {
+                format!(
                     "{{ linear = [[0, \"{}MiB\"], [600, \"{}MiB\"]] }}",
                     500 + p,
                     900 + p
-                ),
-                2 => "{ step = [[0, \"1GiB\"], [40, \"1.5GiB\"], [50, \"1GiB\"]], period = 50 }"
-                    .to_string(),
-                _ => "\"1.2GiB\"".to_string(),
+                )
+            } else if p % 4 == 2 {
+                "{ step = [[0, \"1GiB\"], [40, \"1.5GiB\"], [50, \"1GiB\"]], period = 50 }"
+                    .to_string()
+            } else if p % 4 == 3 {
+                "\"1.2GiB\"".to_string()
+            } else {
+                "\"1GiB\"".to_string()
             };
             let sm = if p % 4 == 3 { 0 } else { 40 };
             let _ = writeln!(
@@ -42,7 +45,20 @@ fn scenario() -> String {
 }
 
 fn bench(c: &mut Criterion) {
-    let src = ScriptedSource::new(Scenario::parse(&scenario()).expect("valid"), "bench");
+    // Typical: one process in 16 leaking. Stress: one in 4 (128 leak findings each time).
+    bench_case(c, 16, "evaluate 10 min at 1 Hz, 8 GPUs x 64 processes");
+    bench_case(
+        c,
+        4,
+        "evaluate 10 min at 1 Hz, 8 GPUs x 64 processes, a quarter leaking",
+    );
+}
+
+fn bench_case(c: &mut Criterion, leak_every: usize, name: &str) {
+    let src = ScriptedSource::new(
+        Scenario::parse(&scenario(leak_every)).expect("valid"),
+        "bench",
+    );
     let mut history = History::new(Duration::from_mins(10));
     let t0 = 1_800_000_000.0;
     let mut last = None;
@@ -64,8 +80,12 @@ fn bench(c: &mut Criterion) {
         open: &open,
     };
     let found = evaluate(&input, &rules);
-    eprintln!("{} findings on the last sample", found.len());
-    c.bench_function("evaluate 10 min at 1 Hz, 8 GPUs x 64 processes", |b| {
+    let mut by_rule = std::collections::BTreeMap::new();
+    for f in &found {
+        *by_rule.entry(f.id.rule.name()).or_insert(0) += 1;
+    }
+    eprintln!("{} findings on the last sample: {by_rule:?}", found.len());
+    c.bench_function(name, |b| {
         b.iter(|| evaluate(&input, &rules));
     });
 }

@@ -26,6 +26,7 @@ fn finding(rule: RuleKind, pid: Option<u32>, severity: Severity, at: f64) -> Fin
         time_to_full_s: Some(240.0),
         rate_bytes_per_s: Some(1.5e8),
         bytes: None,
+        baseline_bytes: None,
         unattributed_bytes: None,
         culprits: Vec::new(),
     }

@@ -97,6 +97,7 @@ pub(crate) mod test_support {
             time_to_full_s: None,
             rate_bytes_per_s: None,
             bytes: None,
+            baseline_bytes: None,
             unattributed_bytes: None,
             culprits: Vec::new(),
         }

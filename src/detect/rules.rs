@@ -138,8 +138,11 @@ fn duration_text(s: f64) -> String {
 }
 
 /// Points of a series from `from` on.
-fn since(points: impl Iterator<Item = (f64, f64)>, from: f64) -> Vec<(f64, f64)> {
-    points.filter(|(t, _)| *t >= from).collect()
+fn since(points: impl DoubleEndedIterator<Item = (f64, f64)>, from: f64) -> Vec<(f64, f64)> {
+    // Read from the newest end: windows are short, histories long.
+    let mut v: Vec<(f64, f64)> = points.rev().take_while(|(t, _)| *t >= from).collect();
+    v.reverse();
+    v
 }
 
 /// Whether the window `[first, last]` of `points` is cut into `parts` whose medians each rise
@@ -193,12 +196,40 @@ pub fn staircase(points: &[(f64, f64)], parts: usize, min_step: f64) -> bool {
 /// The smallest rise between parts that counts: 16 MiB, so that noise does not.
 const MIN_STEP: f64 = 16.0 * 1024.0 * 1024.0;
 
-fn used_points(h: &GpuHistory) -> impl Iterator<Item = (f64, f64)> + '_ {
+fn used_points(h: &GpuHistory) -> impl DoubleEndedIterator<Item = (f64, f64)> + '_ {
     h.used_series().map(|(t, u)| (t, u as f64))
 }
 
-fn proc_points(h: &ProcHistory) -> impl Iterator<Item = (f64, f64)> + '_ {
+fn proc_points(h: &ProcHistory) -> impl DoubleEndedIterator<Item = (f64, f64)> + '_ {
     h.used_series().map(|(t, u)| (t, u as f64))
+}
+
+/// Up to `k` points of a process's window `[from, latest]`, evenly spaced by index. Indexing
+/// the history's ring buffer is O(1), so a long window costs `k`, not its length.
+fn window_pick(ph: &ProcHistory, from: f64, k: usize) -> Vec<(f64, f64)> {
+    let len = ph.points().len();
+    // First index at or after `from` (binary search over time).
+    let (mut lo, mut hi) = (0, len);
+    while lo < hi {
+        let mid = usize::midpoint(lo, hi);
+        if ph.points().nth(mid).is_some_and(|p| p.t < from) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    let n = len - lo;
+    if n == 0 {
+        return Vec::new();
+    }
+    let k = k.min(n);
+    (0..k)
+        .filter_map(|i| {
+            let idx = lo + if k == 1 { 0 } else { i * (n - 1) / (k - 1) };
+            let p = ph.points().nth(idx)?;
+            Some((p.t, p.used? as f64))
+        })
+        .collect()
 }
 
 /// Whether a window of points covers at least `fraction` of `window`.
@@ -425,7 +456,7 @@ fn mine_by_time(input: &Input<'_>, g: &GpuSample, from: f64) -> HashMap<u64, u64
     let mut mine: HashMap<u64, u64> = HashMap::new();
     for p in g.processes.iter().filter(|p| (input.watched)(p)) {
         if let Some((_, ph)) = input.history.process_for(&g.uuid, p) {
-            for (t, u) in ph.used_series().filter(|(t, _)| *t >= from) {
+            for (t, u) in ph.used_series().rev().take_while(|(t, _)| *t >= from) {
                 *mine.entry(t.to_bits()).or_default() += u;
             }
         }
@@ -447,10 +478,10 @@ fn external_pressure(
     let latest = h.latest()?;
     let from = latest.t - r.external_window.as_secs_f64();
     let mine = mine_by_time(input, g, from);
-    let external: Vec<(f64, f64)> = h
-        .used_series()
-        .filter(|(t, _)| *t >= from)
+    let external: Vec<(f64, f64)> = since(h.used_series().map(|(t, u)| (t, u as f64)), from)
+        .into_iter()
         .map(|(t, u)| {
+            let u = u as u64;
             (
                 t,
                 u.saturating_sub(mine.get(&t.to_bits()).copied().unwrap_or(0)) as f64,
@@ -602,12 +633,13 @@ fn leak_suspected(
     }
     // Cheap rejection first (most processes are flat): the rise over the window must be at
     // least half of what the minimum rate gives.
-    let (t_start, start) = ph.used_series().find(|(t, _)| *t >= from)?;
+    let (t_start, start) = window_pick(ph, from, 1).first().copied()?;
+    let start = start as u64;
     let rise = latest.used? as f64 - start as f64;
     if latest.t - t_start < sustain * 0.8 || (!open && rise < r.leak_min_rate * sustain * 0.5) {
         return None;
     }
-    let pts = since(proc_points(ph), from);
+    let pts = window_pick(ph, from, 40);
     let slope = slope_bytes_per_s(&pts)?;
     let holds = if open {
         slope >= r.leak_min_rate / 2.0

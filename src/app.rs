@@ -79,6 +79,12 @@ pub fn run(cli: Cli) -> Result<u8> {
         Some(Command::Snapshot(args)) => snapshot(&cli.global, &config, &args),
         Some(Command::Pick(args)) => pick(&cli.global, &config, &args),
         Some(Command::Record(args)) => record(&cli.global, &config, &args),
+        Some(Command::Daemon) => {
+            let sampler = start(&cli.global, &config, None, None)?;
+            let watch = watch_set(&config, &sampler.info());
+            crate::daemon::run(&sampler, &watch, &config).map_err(Failure::setup)?;
+            Ok(0)
+        }
         None | Some(Command::Tui) => dashboard(&cli.global, &config),
         Some(Command::Completions { .. } | Command::Man) => Ok(0),
     }

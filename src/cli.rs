@@ -70,6 +70,8 @@ pub struct GlobalArgs {
 pub enum Command {
     /// The dashboard (the default): GPUs, processes, history charts, process detail.
     Tui,
+    /// Headless: sampler, detector and alert sinks, logging to stderr, until SIGTERM.
+    Daemon,
     /// Every GPU and every process holding memory on it, once.
     Snapshot(SnapshotArgs),
     /// Print the best GPU(s) for a new job: most free memory, then least utilisation.

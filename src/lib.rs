@@ -6,6 +6,7 @@ pub mod alert;
 pub mod app;
 pub mod cli;
 pub mod config;
+pub mod daemon;
 pub mod detect;
 pub mod history;
 pub mod model;

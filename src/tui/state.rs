@@ -9,6 +9,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::detect::{Detector, FindingEvent, Rules};
 use crate::history::{History, ProcKey};
 use crate::model::{Frame, GpuSample, ProcSample};
 use crate::signal::Sig;
@@ -218,6 +219,12 @@ pub struct UiState {
     pub size: (u16, u16),
     /// The call the sampler is stuck in, refreshed on each tick.
     pub in_flight: Option<InFlight>,
+    /// The detector, fed every frame (paused or not).
+    pub detector: Detector,
+    /// Finding events not yet handed to the alert sinks (the loop drains them).
+    pub pending_events: Vec<FindingEvent>,
+    /// A critical finding opened: ring the terminal bell once.
+    pub bell: bool,
     pub quit: bool,
 }
 
@@ -253,6 +260,9 @@ impl UiState {
             message: None,
             size: (80, 24),
             in_flight: None,
+            detector: Detector::new(Rules::default()),
+            pending_events: Vec::new(),
+            bell: false,
             quit: false,
         }
     }
@@ -327,6 +337,26 @@ impl UiState {
         }
         self.history.push(&frame.sample);
         self.derive(&frame);
+        let mine: std::collections::HashSet<u32> = frame
+            .sample
+            .gpus
+            .iter()
+            .flat_map(|g| &g.processes)
+            .filter(|p| self.matches_watch(p))
+            .map(|p| p.pid)
+            .collect();
+        let watched = |p: &ProcSample| mine.contains(&p.pid);
+        let events = self.detector.step(
+            &self.history,
+            &frame.sample,
+            frame.sample.taken_at,
+            None,
+            &watched,
+        );
+        self.bell |= events.iter().any(|e| {
+            matches!(e, FindingEvent::Opened(f) if f.severity == crate::detect::Severity::Critical)
+        });
+        self.pending_events.extend(events);
         self.latest = Some(Arc::clone(&frame));
         if self.paused {
             return Effect::None;

@@ -76,20 +76,16 @@ pub fn findings(state: &UiState, mono: std::time::Instant) -> Vec<String> {
             age.as_secs_f64()
         ));
     }
-    for e in &frame.sample.errors {
-        out.push(format!("{}: {}", e.call, e.error));
+    // The detector's findings (source health included), most severe first.
+    for f in state.detector.open() {
+        out.push(format!("[{}] {}", f.severity, f.summary));
     }
+    // Single calls that failed on a GPU that is still there (a permission, a transient error).
     for g in &frame.sample.gpus {
         if g.lost {
-            out.push(format!(
-                "GPU {} lost: it fell off the bus or is being reset",
-                g.index
-            ));
+            continue;
         }
         for e in &g.errors {
-            if g.lost && e.error == "GpuLost" {
-                continue;
-            }
             out.push(format!("GPU {}: {} failed: {}", g.index, e.call, e.error));
         }
     }
@@ -111,9 +107,16 @@ pub fn render_findings(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Con
                 if more > 0 && i + 1 == usize::from(area.height) {
                     let _ = write!(text, "  (+{more} more)");
                 }
+                let style = if s.starts_with("[critical]") {
+                    t.bad()
+                } else if s.starts_with("[info]") {
+                    t.dim()
+                } else {
+                    t.warn()
+                };
                 Line::from(Span::styled(
                     super::cut(&text, usize::from(area.width)),
-                    t.warn(),
+                    style,
                 ))
             })
             .collect()

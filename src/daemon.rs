@@ -1,0 +1,108 @@
+//! `gpuwatch daemon`: the pipeline without a screen — sampler, history, detector, alert sinks —
+//! logging plain lines to stderr, until SIGTERM or SIGINT.
+//!
+//! The HTTP side (`/metrics`, the JSON API) and the local history store join it later; the
+//! loop already has their shape: one `select!` over frames, a tick and the signals.
+
+use std::time::Duration;
+
+use tokio::signal::unix::{SignalKind, signal};
+
+use crate::alert::Alerts;
+use crate::config::Config;
+use crate::detect::Detector;
+use crate::history::History;
+use crate::model::ProcSample;
+use crate::sampler::Sampler;
+use crate::watch::WatchSet;
+
+/// Runs until a terminating signal; returns the sinks' final statistics as log lines.
+pub fn run(sampler: &Sampler, watch: &WatchSet, config: &Config) -> Result<(), String> {
+    let alerts = Alerts::start(&config.alerts)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+    let info = sampler.info();
+    eprintln!(
+        "gpuwatch: daemon started: {} source ({}), interval {}, sinks: {}",
+        info.kind,
+        info.detail,
+        humantime::format_duration(config.sampling.interval),
+        alerts
+            .stats()
+            .iter()
+            .map(|s| s.name)
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    rt.block_on(pipeline(sampler, watch, config, &alerts))?;
+    for s in alerts.shutdown(Duration::from_secs(2)) {
+        eprintln!(
+            "gpuwatch: sink {}: {} delivered, {} failed, {} dropped{}",
+            s.name,
+            s.delivered,
+            s.failed,
+            s.dropped,
+            s.last_error
+                .map(|e| format!(" (last error: {e})"))
+                .unwrap_or_default()
+        );
+    }
+    eprintln!("gpuwatch: daemon stopped");
+    Ok(())
+}
+
+async fn pipeline(
+    sampler: &Sampler,
+    watch: &WatchSet,
+    config: &Config,
+    alerts: &Alerts,
+) -> Result<(), String> {
+    let mut sigterm = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
+    let mut sigint = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
+    let mut frames = sampler.frames();
+    let mut history = History::new(config.history.window);
+    let mut detector = Detector::new(config.detect.clone());
+    let interval = config.sampling.interval;
+    // Staleness is judged on a tick, since a stuck source sends no frame to judge it by.
+    let stale_after = interval * 3 + Duration::from_secs(1);
+    let mut tick = tokio::time::interval(interval.max(Duration::from_millis(500)));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut latest = None;
+    let mut source_open = true;
+    let watched =
+        |p: &ProcSample| watch.matches(&p.host, p.pid, &crate::source::procinfo::read_ppid);
+    loop {
+        let events = tokio::select! {
+            biased;
+            _ = sigterm.recv() => break,
+            _ = sigint.recv() => break,
+            changed = frames.changed(), if source_open => {
+                if changed.is_err() {
+                    source_open = false;
+                    eprintln!("gpuwatch: the source ended");
+                    continue;
+                }
+                let Some(frame) = frames.borrow_and_update().clone() else { continue };
+                history.push(&frame.sample);
+                let events = detector.step(&history, &frame.sample, frame.sample.taken_at, None, &watched);
+                latest = Some(frame);
+                events
+            },
+            _ = tick.tick() => {
+                match &latest {
+                    Some(frame) if frame.age() > stale_after => {
+                        let now = frame.sample.taken_at + frame.age().as_secs_f64();
+                        detector.step(&history, &frame.sample, now, Some(stale_after), &watched)
+                    }
+                    _ => Vec::new(),
+                }
+            },
+        };
+        for event in &events {
+            alerts.send(event);
+        }
+    }
+    Ok(())
+}

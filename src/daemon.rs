@@ -70,6 +70,8 @@ async fn pipeline(
     let mut tick = tokio::time::interval(interval.max(Duration::from_millis(500)));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut latest = None;
+    let mut dropped: std::collections::HashMap<&'static str, u64> =
+        std::collections::HashMap::new();
     let mut source_open = true;
     let watched =
         |p: &ProcSample| watch.matches(&p.host, p.pid, &crate::source::procinfo::read_ppid);
@@ -91,6 +93,18 @@ async fn pipeline(
                 events
             },
             _ = tick.tick() => {
+                // Drops are reported as they happen, not only at the end.
+                for s in alerts.stats() {
+                    let before = dropped.insert(s.name, s.dropped).unwrap_or(0);
+                    if s.dropped > before {
+                        eprintln!(
+                            "gpuwatch: sink {} dropped {} event(s): its queue is full (it is slow or failing{})",
+                            s.name,
+                            s.dropped - before,
+                            s.last_error.as_ref().map(|e| format!(": {e}")).unwrap_or_default()
+                        );
+                    }
+                }
                 match &latest {
                     Some(frame) if frame.age() > stale_after => {
                         let now = frame.sample.taken_at + frame.age().as_secs_f64();

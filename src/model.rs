@@ -96,6 +96,22 @@ pub struct HostProc {
     pub container: Option<String>,
 }
 
+impl HostProc {
+    /// The command line as tables show it: the full command, else the name; for a PID this
+    /// host cannot see, a note saying so.
+    pub fn display_command(&self) -> String {
+        if self.visible {
+            self.command
+                .clone()
+                .filter(|c| !c.is_empty())
+                .or_else(|| self.name.clone())
+                .unwrap_or_else(|| "-".to_string())
+        } else {
+            "(not visible here: other PID namespace)".to_string()
+        }
+    }
+}
+
 /// One process holding a context on one GPU.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ProcSample {

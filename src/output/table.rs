@@ -378,15 +378,7 @@ impl Row {
     fn of(p: &ProcSample, watched: bool, now_unix: u64) -> Self {
         let h = &p.host;
         let dash = || "-".to_string();
-        let command = if h.visible {
-            h.command
-                .clone()
-                .filter(|c| !c.is_empty())
-                .or_else(|| h.name.clone())
-                .unwrap_or_else(dash)
-        } else {
-            "(not visible here: other PID namespace)".to_string()
-        };
+        let command = h.display_command();
         Self {
             watched,
             visible: h.visible,

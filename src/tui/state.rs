@@ -212,7 +212,7 @@ pub struct UiState {
     pub kill: Option<KillPrompt>,
     pub detail: Option<ProcDetail>,
     pub tree: Vec<TreeRow>,
-    tree_loaded: Option<Instant>,
+    tree_read_at: Option<Instant>,
     pub chart_span: usize,
     pub message: Option<String>,
     /// Terminal size, for paging and mouse hits.
@@ -255,7 +255,7 @@ impl UiState {
             kill: None,
             detail: None,
             tree: Vec::new(),
-            tree_loaded: None,
+            tree_read_at: None,
             chart_span: 3,
             message: None,
             size: (80, 24),
@@ -366,7 +366,7 @@ impl UiState {
         // The tree follows new processes, at most once a second.
         if self.view == View::Tree
             && self
-                .tree_loaded
+                .tree_read_at
                 .is_none_or(|t| t.elapsed() >= Duration::from_secs(1))
         {
             return self.load_tree();
@@ -514,7 +514,7 @@ impl UiState {
     }
 
     fn load_tree(&mut self) -> Effect {
-        self.tree_loaded = Some(Instant::now());
+        self.tree_read_at = Some(Instant::now());
         let mut pids: Vec<u32> = self
             .rows
             .iter()

@@ -131,15 +131,7 @@ fn cells(state: &UiState, ctx: &Context, g: &GpuSample, p: &ProcSample) -> [Stri
     let h = &p.host;
     let d = state.derived_of(g, p);
     let dash = || "-".to_string();
-    let command = if h.visible {
-        h.command
-            .clone()
-            .filter(|c| !c.is_empty())
-            .or_else(|| h.name.clone())
-            .unwrap_or_else(dash)
-    } else {
-        "(not visible here: other PID namespace)".to_string()
-    };
+    let command = h.display_command();
     [
         g.index.to_string(),
         p.pid.to_string(),

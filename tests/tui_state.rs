@@ -201,3 +201,29 @@ fn views_open_and_close() {
     st.update(Command::Back);
     assert_eq!(st.update(Command::Quit), Effect::Quit);
 }
+
+#[test]
+fn findings_reach_the_state_and_a_critical_one_rings_the_bell() {
+    let src = ScriptedSource::demo().expect("demo");
+    let mut st = UiState::new(
+        WatchSet::new(Vec::new(), Some("alice".into())),
+        Duration::from_mins(10),
+        false,
+    );
+    // A minute of the demo before its start: bob's job arrives on GPU 3 and fills it.
+    for i in 0..60u32 {
+        st.on_frame(frame(
+            &src,
+            u64::from(i) + 1,
+            DEMO_START - 59.0 + f64::from(i),
+            SourceKind::Demo,
+        ));
+    }
+    let open: Vec<_> = st.detector.open().into_iter().map(|f| f.id.rule).collect();
+    assert!(
+        open.contains(&gpuwatch::detect::RuleKind::ExternalPressure),
+        "{open:?}"
+    );
+    assert!(st.bell, "a critical finding opened");
+    assert!(!st.pending_events.is_empty(), "events wait for the sinks");
+}

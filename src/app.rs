@@ -80,7 +80,7 @@ pub fn run(cli: Cli) -> Result<u8> {
         Some(Command::Pick(args)) => pick(&cli.global, &config, &args),
         Some(Command::Record(args)) => record(&cli.global, &config, &args),
         Some(Command::Daemon) => {
-            let sampler = start(&cli.global, &config, None, None)?;
+            let sampler = start(&cli.global, &config, None, None, true)?;
             let watch = watch_set(&config, &sampler.info());
             crate::daemon::run(&sampler, &watch, &config).map_err(Failure::setup)?;
             Ok(0)
@@ -181,6 +181,7 @@ fn start(
     config: &Config,
     start_at: Option<f64>,
     interval: Option<Duration>,
+    headless: bool,
 ) -> Result<Sampler> {
     let source = open_source(g, config, start_at)?;
     Sampler::spawn(
@@ -188,6 +189,11 @@ fn start(
         SamplerOptions {
             interval: interval.unwrap_or(config.sampling.interval),
             slow_interval: config.sampling.slow_interval,
+            host_interval: if headless {
+                config.sampling.slow_interval
+            } else {
+                interval.unwrap_or(config.sampling.interval)
+            },
         },
     )
     .map_err(|e| Failure::runtime(format!("cannot start the sampler thread: {e}")))
@@ -275,7 +281,7 @@ fn snapshot(g: &GlobalArgs, config: &Config, args: &SnapshotArgs) -> Result<u8> 
         ));
     }
     let rt = runtime()?;
-    let sampler = start(g, config, args.at, None)?;
+    let sampler = start(g, config, args.at, None, false)?;
     let frame = first_frame(&rt, &sampler, config)?;
     let gpus = select_gpus(&frame, &args.gpu)?;
     let set = watch_set(config, &frame.source);
@@ -312,7 +318,7 @@ fn table_options(config: &Config, gpus: Vec<u32>) -> table::TableOptions {
 
 fn pick(g: &GlobalArgs, config: &Config, _args: &PickArgs) -> Result<u8> {
     let rt = runtime()?;
-    let sampler = start(g, config, None, None)?;
+    let sampler = start(g, config, None, None, false)?;
     let frame = first_frame(&rt, &sampler, config)?;
     let p = &config.pick;
     match crate::pick::pick(&frame.sample, p.min_free, p.count as usize) {
@@ -327,7 +333,7 @@ fn pick(g: &GlobalArgs, config: &Config, _args: &PickArgs) -> Result<u8> {
 fn record(g: &GlobalArgs, config: &Config, args: &RecordArgs) -> Result<u8> {
     let file = open_new(&args.file, args.force)?;
     let rt = runtime()?;
-    let sampler = start(g, config, None, None)?;
+    let sampler = start(g, config, None, None, false)?;
     let first = first_frame(&rt, &sampler, config)?;
     let mut recorder = crate::record::Recorder::new(
         std::io::BufWriter::new(file),
@@ -400,7 +406,7 @@ fn dashboard(g: &GlobalArgs, config: &Config) -> Result<u8> {
         return live_table(g, config);
     }
     // The dashboard opens at once; the first frame arrives when the source answers.
-    let sampler = start(g, config, None, None)?;
+    let sampler = start(g, config, None, None, false)?;
     let watch = watch_set(config, &sampler.info());
     let options = crate::tui::TuiOptions {
         // The dashboard runs on a terminal, so `auto` means colour.
@@ -416,7 +422,7 @@ fn dashboard(g: &GlobalArgs, config: &Config) -> Result<u8> {
 /// The snapshot table, redrawn on every frame, for output that is not a terminal.
 fn live_table(g: &GlobalArgs, config: &Config) -> Result<u8> {
     let rt = runtime()?;
-    let sampler = start(g, config, None, None)?;
+    let sampler = start(g, config, None, None, false)?;
     let first = first_frame(&rt, &sampler, config)?;
     let set = watch_set(config, &first.source);
     let watched = watched_fn(&set);

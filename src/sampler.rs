@@ -29,6 +29,11 @@ pub struct SamplerOptions {
     pub interval: Duration,
     /// Slow cadence: PCIe throughput, energy, ECC, memory clock.
     pub slow_interval: Duration,
+    /// How often the host facts (CPU %, RSS) of known processes are refreshed from `/proc`;
+    /// a PID seen for the first time is read at once whatever this is. The dashboard wants
+    /// the fast cadence; a headless daemon is content with the slow one (`/proc` costs tens of
+    /// µs per PID).
+    pub host_interval: Duration,
 }
 
 impl Default for SamplerOptions {
@@ -36,6 +41,7 @@ impl Default for SamplerOptions {
         Self {
             interval: Duration::from_secs(1),
             slow_interval: Duration::from_secs(10),
+            host_interval: Duration::from_secs(1),
         }
     }
 }
@@ -142,7 +148,7 @@ impl Sampler {
             threads.push(
                 std::thread::Builder::new()
                     .name("gpuwatch-host".into())
-                    .spawn(move || host_loop(&shared, &stop, options.interval))?,
+                    .spawn(move || host_loop(&shared, &stop, options.host_interval))?,
             );
             Some(host)
         } else {

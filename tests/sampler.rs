@@ -19,6 +19,7 @@ fn fast() -> SamplerOptions {
     SamplerOptions {
         interval: Duration::from_millis(100),
         slow_interval: Duration::from_secs(1),
+        host_interval: Duration::from_millis(100),
     }
 }
 
@@ -102,6 +103,7 @@ fn dropping_the_sampler_stops_it_promptly() {
         SamplerOptions {
             interval: Duration::from_mins(1),
             slow_interval: Duration::from_mins(1),
+            host_interval: Duration::from_mins(1),
         },
     )
     .expect("spawn");

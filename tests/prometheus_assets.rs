@@ -61,7 +61,11 @@ fn read(rel: &str) -> String {
 /// Runs `promtool ARGS` in the repository root and returns its output; fails the test when it
 /// exits non-zero or is not installed.
 fn promtool(args: &[&str]) -> String {
-    let out = match Command::new("promtool").args(args).current_dir(root()).output() {
+    let out = match Command::new("promtool")
+        .args(args)
+        .current_dir(root())
+        .output()
+    {
         Ok(out) => out,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => panic!(
             "promtool is not installed (or not on PATH), so the Prometheus rules in assets/prometheus \
@@ -105,7 +109,8 @@ fn promtool_check_example_config_passes() {
 // ---------------------------------------------------------------------------------------------
 // Metric names in PromQL.
 
-/// Words that are PromQL syntax, not metric names, when not followed by `(`.
+/// Words that are `PromQL` syntax, not metric names, when not followed by `(`.
+#[rustfmt::skip]
 const KEYWORDS: &[&str] = &[
     "and", "or", "unless", "bool", "offset", "by", "without", "on", "ignoring", "group_left",
     "group_right", "sum", "min", "max", "avg", "group", "stddev", "stdvar", "count",
@@ -113,8 +118,14 @@ const KEYWORDS: &[&str] = &[
 ];
 
 /// Keywords followed by a parenthesised list of label names.
-const LABEL_LIST_KEYWORDS: &[&str] =
-    &["by", "without", "on", "ignoring", "group_left", "group_right"];
+const LABEL_LIST_KEYWORDS: &[&str] = &[
+    "by",
+    "without",
+    "on",
+    "ignoring",
+    "group_left",
+    "group_right",
+];
 
 /// Index just past the bracket that closes the one at `open` (or the end), skipping strings.
 fn skip_balanced(s: &[char], open: usize, close: char) -> usize {
@@ -166,7 +177,7 @@ fn is_ident(c: char) -> bool {
     c.is_ascii_alphanumeric() || c == '_' || c == ':'
 }
 
-/// The metric names a PromQL expression selects: identifiers that are not functions, keywords,
+/// The metric names a `PromQL` expression selects: identifiers that are not functions, keywords,
 /// label names (inside `{}` or after `by`/`on`/...), strings, numbers, durations or Grafana
 /// variables (`$host`, `${DS_PROMETHEUS}`).
 fn metric_names(expr: &str) -> BTreeSet<String> {
@@ -395,7 +406,10 @@ fn grafana_dashboard_is_valid_and_queries_only_exported_metrics() {
     let dash: Value =
         serde_json::from_str(&text).unwrap_or_else(|e| panic!("{DASHBOARD} is not JSON: {e}"));
     let schema = dash["schemaVersion"].as_u64().expect("schemaVersion");
-    assert!(schema >= 36, "{DASHBOARD}: schemaVersion {schema} is too old");
+    assert!(
+        schema >= 36,
+        "{DASHBOARD}: schemaVersion {schema} is too old"
+    );
 
     let vars: Vec<&str> = dash["templating"]["list"]
         .as_array()
@@ -404,7 +418,10 @@ fn grafana_dashboard_is_valid_and_queries_only_exported_metrics() {
         .filter_map(|v| v["name"].as_str())
         .collect();
     for want in ["DS_PROMETHEUS", "host", "gpu"] {
-        assert!(vars.contains(&want), "{DASHBOARD}: no `{want}` variable (has {vars:?})");
+        assert!(
+            vars.contains(&want),
+            "{DASHBOARD}: no `{want}` variable (has {vars:?})"
+        );
     }
 
     // Every panel and query uses the datasource variable.
@@ -412,12 +429,19 @@ fn grafana_dashboard_is_valid_and_queries_only_exported_metrics() {
     strings_under(&dash["panels"], "uid", &mut uids);
     assert!(!uids.is_empty());
     for uid in &uids {
-        assert_eq!(uid, "${DS_PROMETHEUS}", "{DASHBOARD}: a datasource is not ${{DS_PROMETHEUS}}");
+        assert_eq!(
+            uid, "${DS_PROMETHEUS}",
+            "{DASHBOARD}: a datasource is not ${{DS_PROMETHEUS}}"
+        );
     }
 
     let mut exprs = Vec::new();
     strings_under(&dash, "expr", &mut exprs);
-    assert!(exprs.len() >= 10, "{DASHBOARD}: only {} queries", exprs.len());
+    assert!(
+        exprs.len() >= 10,
+        "{DASHBOARD}: only {} queries",
+        exprs.len()
+    );
     let mut var_queries = Vec::new();
     strings_under(&dash["templating"], "definition", &mut var_queries);
     for q in &var_queries {
@@ -430,7 +454,10 @@ fn grafana_dashboard_is_valid_and_queries_only_exported_metrics() {
     let mut used = BTreeSet::new();
     for expr in &exprs {
         let names = metric_names(expr);
-        assert!(!names.is_empty(), "{DASHBOARD}: no metric found in `{expr}`");
+        assert!(
+            !names.is_empty(),
+            "{DASHBOARD}: no metric found in `{expr}`"
+        );
         for name in names {
             assert!(
                 allowed.contains(&name),

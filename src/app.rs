@@ -79,10 +79,11 @@ pub fn run(cli: Cli) -> Result<u8> {
         Some(Command::Snapshot(args)) => snapshot(&cli.global, &config, &args),
         Some(Command::Pick(args)) => pick(&cli.global, &config, &args),
         Some(Command::Record(args)) => record(&cli.global, &config, &args),
-        Some(Command::Daemon) => {
+        Some(Command::Daemon(args)) => {
+            let server = crate::serve::Options::from_args(&args).map_err(Failure::setup)?;
             let sampler = start(&cli.global, &config, None, None)?;
             let watch = watch_set(&config, &sampler.info());
-            crate::daemon::run(&sampler, &watch, &config).map_err(Failure::setup)?;
+            crate::daemon::run(&sampler, &watch, &config, server).map_err(Failure::setup)?;
             Ok(0)
         }
         None | Some(Command::Tui) => dashboard(&cli.global, &config),

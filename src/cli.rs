@@ -71,7 +71,7 @@ pub enum Command {
     /// The dashboard (the default): GPUs, processes, history charts, process detail.
     Tui,
     /// Headless: sampler, detector and alert sinks, logging to stderr, until SIGTERM.
-    Daemon,
+    Daemon(DaemonArgs),
     /// Every GPU and every process holding memory on it, once.
     Snapshot(SnapshotArgs),
     /// Print the best GPU(s) for a new job: most free memory, then least utilisation.
@@ -87,6 +87,25 @@ pub enum Command {
     },
     /// Print the man page (roff).
     Man,
+}
+
+#[derive(Debug, Args, Default)]
+pub struct DaemonArgs {
+    /// Address the HTTP server (`/metrics`, `/api/v1/…`) listens on.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9400")]
+    pub listen: String,
+    /// File holding a bearer token that every endpoint but `/api/v1/health` requires.
+    #[arg(long, value_name = "PATH")]
+    pub token_file: Option<std::path::PathBuf>,
+    /// Allow a non-loopback address without a token.
+    #[arg(long)]
+    pub insecure_listen: bool,
+    /// Per-process memory series: the top N processes per GPU by memory…
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    pub metrics_top_n: usize,
+    /// …plus every process holding at least this much.
+    #[arg(long, value_name = "SIZE", default_value = "256MiB")]
+    pub metrics_floor: bytesize::ByteSize,
 }
 
 #[derive(Debug, Args, Default)]

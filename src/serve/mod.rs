@@ -202,7 +202,11 @@ fn error(status: StatusCode, message: &str) -> Response {
     json_response(status, serde_json::json!({ "error": message }).to_string())
 }
 
-async fn not_found() -> Response {
+/// Unknown paths answer 404, but only to a client with the token (401 otherwise).
+async fn not_found(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
+    if let Some(r) = reject(&shared, &headers) {
+        return r;
+    }
     error(StatusCode::NOT_FOUND, "no such endpoint")
 }
 

@@ -80,7 +80,8 @@ pub fn run(cli: Cli) -> Result<u8> {
         Some(Command::Pick(args)) => pick(&cli.global, &config, &args),
         Some(Command::Record(args)) => record(&cli.global, &config, &args),
         Some(Command::Daemon(args)) => {
-            let server = crate::serve::Options::from_args(&args).map_err(Failure::setup)?;
+            let server =
+                crate::serve::Options::from_args(&args, &config.daemon).map_err(Failure::setup)?;
             let sampler = start(&cli.global, &config, None, None)?;
             let watch = watch_set(&config, &sampler.info());
             crate::daemon::run(&sampler, &watch, &config, server).map_err(Failure::setup)?;

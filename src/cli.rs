@@ -91,21 +91,25 @@ pub enum Command {
 
 #[derive(Debug, Args, Default)]
 pub struct DaemonArgs {
-    /// Address the HTTP server (`/metrics`, `/api/v1/…`) listens on.
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9400")]
-    pub listen: String,
-    /// File holding a bearer token that every endpoint but `/api/v1/health` requires.
+    /// Address the HTTP server (`/metrics`, `/api/v1/…`) listens on [config: daemon.listen;
+    /// default 127.0.0.1:9400].
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<std::net::SocketAddr>,
+    /// File holding a bearer token that every endpoint but `/api/v1/health` requires
+    /// [config: daemon.token-file].
     #[arg(long, value_name = "PATH")]
     pub token_file: Option<std::path::PathBuf>,
     /// Allow a non-loopback address without a token.
     #[arg(long)]
     pub insecure_listen: bool,
-    /// Per-process memory series: the top N processes per GPU by memory…
-    #[arg(long, value_name = "N", default_value_t = 20)]
-    pub metrics_top_n: usize,
-    /// …plus every process holding at least this much.
-    #[arg(long, value_name = "SIZE", default_value = "256MiB")]
-    pub metrics_floor: bytesize::ByteSize,
+    /// Per-process memory series: the top N processes per GPU by memory [config:
+    /// daemon.metrics-top-n; default 20]…
+    #[arg(long, value_name = "N")]
+    pub metrics_top_n: Option<usize>,
+    /// …plus every process holding at least this much [config: daemon.metrics-floor; default
+    /// 256MiB].
+    #[arg(long, value_name = "SIZE")]
+    pub metrics_floor: Option<bytesize::ByteSize>,
 }
 
 #[derive(Debug, Args, Default)]

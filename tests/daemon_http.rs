@@ -381,3 +381,38 @@ fn sse_clients_receive_frames() {
         }
     }
 }
+
+#[test]
+fn the_daemon_section_is_read_and_checked() {
+    let sc = ScenarioFile::new("[[gpu]]\nmemory_total = \"80GiB\"\n");
+    let cfg = sc.dir.path().join("config.toml");
+    std::fs::write(&cfg, "[daemon]\nlisten = \"0.0.0.0:0\"\n").expect("config");
+    let o = gpuwatch_on(&sc, &["--config", cfg.to_str().expect("utf-8"), "daemon"]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("refusing to listen on 0.0.0.0:0"), "{err}");
+
+    std::fs::write(&cfg, "[daemon]\nlisten = \"localhost\"\n").expect("config");
+    let o = gpuwatch_on(&sc, &["--config", cfg.to_str().expect("utf-8"), "daemon"]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("daemon.listen") && err.contains("not an address"),
+        "{err}"
+    );
+
+    // A token file named in the config (relative to it) lifts the refusal.
+    std::fs::write(sc.dir.path().join("token"), "t0ken").expect("token");
+    std::fs::write(
+        &cfg,
+        "[daemon]\nlisten = \"0.0.0.0:0\"\ntoken-file = \"token\"\nmetrics-top-n = 3\n",
+    )
+    .expect("config");
+    let o = gpuwatch_on(
+        &sc,
+        &["--config", cfg.to_str().expect("utf-8"), "print-config"],
+    );
+    let text = common::stdout(&o);
+    assert!(text.contains("metrics-top-n = 3"), "{text}");
+    assert!(text.contains("listen = \"0.0.0.0:0\""), "{text}");
+}

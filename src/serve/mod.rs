@@ -21,6 +21,7 @@ use axum::routing::get;
 use tokio::sync::broadcast;
 
 use crate::cli::DaemonArgs;
+use crate::config::DaemonConfig;
 use crate::detect::{Finding, FindingEvent};
 use crate::model::Frame;
 
@@ -34,15 +35,11 @@ pub struct Options {
 }
 
 impl Options {
-    /// Validates the command line: a non-loopback address needs a token or `--insecure-listen`.
-    pub fn from_args(args: &DaemonArgs) -> Result<Self, String> {
-        let listen: SocketAddr = args.listen.parse().map_err(|e| {
-            format!(
-                "--listen '{}': not an address like 127.0.0.1:9400 ({e})",
-                args.listen
-            )
-        })?;
-        let token = match &args.token_file {
+    /// The command line over `[daemon]`: a non-loopback address needs a token or
+    /// `--insecure-listen`.
+    pub fn from_args(args: &DaemonArgs, config: &DaemonConfig) -> Result<Self, String> {
+        let listen: SocketAddr = args.listen.unwrap_or(config.listen);
+        let token = match args.token_file.as_ref().or(config.token_file.as_ref()) {
             None => None,
             Some(path) => {
                 let text = std::fs::read_to_string(path)
@@ -64,8 +61,10 @@ impl Options {
         Ok(Self {
             listen,
             token,
-            top_n: args.metrics_top_n,
-            floor: args.metrics_floor.as_u64(),
+            top_n: args.metrics_top_n.unwrap_or(config.metrics_top_n),
+            floor: args
+                .metrics_floor
+                .map_or(config.metrics_floor, |b| b.as_u64()),
         })
     }
 }

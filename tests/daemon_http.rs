@@ -36,7 +36,7 @@ sm = 40
 [[gpu.process]]
 pid = {leaver}
 used = "2GiB"
-end = 4
+end = 6
 
 [[gpu]]
 memory_total = "80GiB"

@@ -271,3 +271,120 @@ fn gpu(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{
+        Frame, HostProc, Memory, ProcKind, ProcSample, Sample, SourceInfo, SourceKind,
+    };
+    use std::time::{Duration, Instant};
+
+    fn proc(pid: u32, used: u64) -> ProcSample {
+        ProcSample {
+            pid,
+            kind: ProcKind::Compute,
+            used_bytes: Some(used),
+            sm_percent: None,
+            mem_percent: None,
+            gpu_instance: None,
+            compute_instance: None,
+            host: HostProc::default(),
+        }
+    }
+
+    fn state() -> Published {
+        let mut g = GpuSample::empty(0, "GPU-a".into());
+        g.memory = Some(Memory {
+            total: 100 << 30,
+            reserved: None,
+            used: 30 << 30,
+            free: 70 << 30,
+        });
+        // Sorted largest first, as the sampler hands them over.
+        g.processes = vec![
+            proc(1, 5 << 30),
+            proc(2, 4 << 30),
+            proc(3, 1 << 30),
+            proc(4, 1 << 20),
+            proc(5, 1 << 10),
+        ];
+        Published {
+            latest: Some(Frame {
+                seq: 1,
+                source: std::sync::Arc::new(SourceInfo {
+                    kind: SourceKind::Demo,
+                    host: "h".into(),
+                    driver_version: None,
+                    cuda_version: None,
+                    nvml_version: None,
+                    detail: String::new(),
+                    me: None,
+                }),
+                sample: Sample {
+                    taken_at: 1.0,
+                    gpus: vec![g],
+                    errors: Vec::new(),
+                    collect_seconds: 0.001,
+                },
+                published: Instant::now(),
+                interval: Duration::from_secs(1),
+            }),
+            ..Published::default()
+        }
+    }
+
+    fn options(top_n: usize, floor: u64) -> Options {
+        Options {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            token: None,
+            top_n,
+            floor,
+        }
+    }
+
+    /// The PIDs with a memory series, sorted (a family's series come in no set order).
+    fn pids(text: &str) -> Vec<&str> {
+        let mut v: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("gpuwatch_process_memory_used_bytes{"))
+            .filter_map(|l| l.split("pid=\"").nth(1)?.split('"').next())
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
+    #[test]
+    fn process_series_are_the_top_n_plus_those_above_the_floor() {
+        let s = state();
+        let mut got = pids(&render(&s, &options(1, 1 << 30)).unwrap()).join(",");
+        assert_eq!(got, "1,2,3");
+        got = pids(&render(&s, &options(4, u64::MAX)).unwrap()).join(",");
+        assert_eq!(got, "1,2,3,4");
+        assert!(pids(&render(&s, &options(0, u64::MAX)).unwrap()).is_empty());
+    }
+
+    #[test]
+    fn unavailable_values_have_no_series() {
+        let text = render(&state(), &options(20, 0)).unwrap();
+        // Power, temperature, utilisation and reserved memory are unknown in this sample.
+        for name in [
+            "gpuwatch_power_usage_watts",
+            "gpuwatch_temperature_celsius",
+            "gpuwatch_utilization_ratio",
+            "gpuwatch_memory_reserved_bytes",
+            "gpuwatch_process_sm_utilization_ratio",
+        ] {
+            assert!(!text.contains(name), "{name} in {text}");
+        }
+        assert!(text.contains("gpuwatch_memory_used_bytes{gpu=\"0\",uuid=\"GPU-a\"} 32212254720"));
+        assert!(text.contains("gpuwatch_memory_unattributed_bytes"));
+    }
+
+    #[test]
+    fn no_frame_yet_still_answers() {
+        let text = render(&Published::default(), &options(20, 0)).unwrap();
+        assert!(text.contains("gpuwatch_build_info"));
+        assert!(!text.contains("gpuwatch_gpu_info"));
+    }
+}

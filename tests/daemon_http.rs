@@ -416,3 +416,78 @@ fn the_daemon_section_is_read_and_checked() {
     assert!(text.contains("metrics-top-n = 3"), "{text}");
     assert!(text.contains("listen = \"0.0.0.0:0\""), "{text}");
 }
+
+#[test]
+fn sse_clients_receive_findings() {
+    let job = Sleeper::spawn();
+    // ~1 GiB/s into an 80 GiB GPU: filling-up opens within seconds.
+    let sc = ScenarioFile::new(&format!(
+        r#"
+[[gpu]]
+memory_total = "80GiB"
+memory_reserved = "0"
+[[gpu.process]]
+pid = {}
+used = {{ linear = [[0, "2GiB"], [75, "78GiB"]] }}
+sm = 90
+"#,
+        job.pid()
+    ));
+    let cfg = sc.dir.path().join("config.toml");
+    std::fs::write(&cfg, "[detect]\nfilling-window = \"5s\"\n").expect("config");
+    let mut child = gpuwatch_cmd(&sc)
+        .args(["--config", cfg.to_str().expect("utf-8")])
+        .args(["--interval", "200ms", "daemon", "--listen", "127.0.0.1:0"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("daemon starts");
+    let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+    let port: u16 = loop {
+        let line = lines.next().expect("a bound address").expect("stderr");
+        if let Some(rest) = line.split("listening on http://127.0.0.1:").nth(1) {
+            break rest
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect::<String>()
+                .parse()
+                .expect("port");
+        }
+    };
+    std::thread::spawn(move || lines.for_each(drop));
+    let d = Daemon { child, port };
+    let mut s = TcpStream::connect(("127.0.0.1", d.port)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    write!(s, "GET /api/v1/events HTTP/1.1\r\nHost: localhost\r\n\r\n").expect("write");
+    let mut reader = BufReader::new(s);
+    let mut in_finding = false;
+    let started = Instant::now();
+    loop {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "no finding event"
+        );
+        let mut line = String::new();
+        assert!(reader.read_line(&mut line).expect("read") > 0, "closed");
+        if line.trim_end() == "event: finding" {
+            in_finding = true;
+        } else if in_finding && let Some(data) = line.strip_prefix("data: ") {
+            let v: serde_json::Value = serde_json::from_str(data.trim_end()).expect("JSON");
+            if v["finding"]["id"]["rule"] == "filling-up" {
+                assert_eq!(v["event"], "opened", "{v}");
+                break;
+            }
+            in_finding = false;
+        }
+    }
+    let (status, body) = d.get("/api/v1/findings");
+    assert_eq!(status, 200);
+    assert!(body.contains("filling-up"), "{body}");
+    let (_, metrics) = d.get("/metrics");
+    assert!(
+        metrics.contains("gpuwatch_alert_active{rule=\"filling-up\",gpu=\"0\""),
+        "{metrics}"
+    );
+    assert!(metrics.contains("gpuwatch_memory_growth_bytes_per_second{"));
+    assert!(metrics.contains("gpuwatch_memory_time_to_full_seconds{"));
+}

@@ -79,10 +79,12 @@ pub fn run(cli: Cli) -> Result<u8> {
         Some(Command::Snapshot(args)) => snapshot(&cli.global, &config, &args),
         Some(Command::Pick(args)) => pick(&cli.global, &config, &args),
         Some(Command::Record(args)) => record(&cli.global, &config, &args),
-        Some(Command::Daemon) => {
+        Some(Command::Daemon(args)) => {
+            let server =
+                crate::serve::Options::from_args(&args, &config.daemon).map_err(Failure::setup)?;
             let sampler = start(&cli.global, &config, None, None, true)?;
             let watch = watch_set(&config, &sampler.info());
-            crate::daemon::run(&sampler, &watch, &config).map_err(Failure::setup)?;
+            crate::daemon::run(&sampler, &watch, &config, server).map_err(Failure::setup)?;
             Ok(0)
         }
         None | Some(Command::Tui) => dashboard(&cli.global, &config),

@@ -71,7 +71,7 @@ pub enum Command {
     /// The dashboard (the default): GPUs, processes, history charts, process detail.
     Tui,
     /// Headless: sampler, detector and alert sinks, logging to stderr, until SIGTERM.
-    Daemon,
+    Daemon(DaemonArgs),
     /// Every GPU and every process holding memory on it, once.
     Snapshot(SnapshotArgs),
     /// Print the best GPU(s) for a new job: most free memory, then least utilisation.
@@ -87,6 +87,29 @@ pub enum Command {
     },
     /// Print the man page (roff).
     Man,
+}
+
+#[derive(Debug, Args, Default)]
+pub struct DaemonArgs {
+    /// Address the HTTP server (`/metrics`, `/api/v1/…`) listens on [config: daemon.listen;
+    /// default 127.0.0.1:9400].
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<std::net::SocketAddr>,
+    /// File holding a bearer token that every endpoint but `/api/v1/health` requires
+    /// [config: daemon.token-file].
+    #[arg(long, value_name = "PATH")]
+    pub token_file: Option<std::path::PathBuf>,
+    /// Allow a non-loopback address without a token.
+    #[arg(long)]
+    pub insecure_listen: bool,
+    /// Per-process memory series: the top N processes per GPU by memory [config:
+    /// daemon.metrics-top-n; default 20]…
+    #[arg(long, value_name = "N")]
+    pub metrics_top_n: Option<usize>,
+    /// …plus every process holding at least this much [config: daemon.metrics-floor; default
+    /// 256MiB].
+    #[arg(long, value_name = "SIZE")]
+    pub metrics_floor: Option<bytesize::ByteSize>,
 }
 
 #[derive(Debug, Args, Default)]

@@ -1,9 +1,11 @@
 //! `gpuwatch daemon`: the pipeline without a screen — sampler, history, detector, alert sinks —
 //! logging plain lines to stderr, until SIGTERM or SIGINT.
 //!
-//! The HTTP side (`/metrics`, the JSON API) and the local history store join it later; the
-//! loop already has their shape: one `select!` over frames, a tick and the signals.
+//! The HTTP side (`/metrics`, the JSON API, SSE; see [`crate::serve`]) runs on the same
+//! runtime; the loop publishes the latest frame, the open findings and the growth after each
+//! frame. The local history store joins it later.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::signal::unix::{SignalKind, signal};
@@ -14,15 +16,30 @@ use crate::detect::Detector;
 use crate::history::History;
 use crate::model::ProcSample;
 use crate::sampler::Sampler;
+use crate::serve::{Options, Shared};
 use crate::watch::WatchSet;
 
 /// Runs until a terminating signal; returns the sinks' final statistics as log lines.
-pub fn run(sampler: &Sampler, watch: &WatchSet, config: &Config) -> Result<(), String> {
+pub fn run(
+    sampler: &Sampler,
+    watch: &WatchSet,
+    config: &Config,
+    server: Options,
+) -> Result<(), String> {
+    let listener = crate::serve::bind(server.listen)?;
+    let bound = listener
+        .local_addr()
+        .map_err(|e| format!("cannot listen on {}: {e}", server.listen))?;
     let alerts = Alerts::start(&config.alerts)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+    let shared = Shared::new(server);
+    {
+        let _guard = rt.enter();
+        crate::serve::spawn(listener, Arc::clone(&shared))?;
+    }
     let info = sampler.info();
     eprintln!(
         "gpuwatch: daemon started: {} source ({}), interval {}, sinks: {}",
@@ -36,7 +53,15 @@ pub fn run(sampler: &Sampler, watch: &WatchSet, config: &Config) -> Result<(), S
             .collect::<Vec<_>>()
             .join(", ")
     );
-    rt.block_on(pipeline(sampler, watch, config, &alerts))?;
+    eprintln!(
+        "gpuwatch: listening on http://{bound}{}",
+        if shared.options.token.is_some() {
+            " (bearer token required)"
+        } else {
+            ""
+        }
+    );
+    rt.block_on(pipeline(sampler, watch, config, &alerts, &shared))?;
     for s in alerts.shutdown(Duration::from_secs(2)) {
         eprintln!(
             "gpuwatch: sink {}: {} delivered, {} failed, {} dropped{}",
@@ -58,6 +83,7 @@ async fn pipeline(
     watch: &WatchSet,
     config: &Config,
     alerts: &Alerts,
+    shared: &Shared,
 ) -> Result<(), String> {
     let mut sigterm = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
     let mut sigint = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
@@ -89,6 +115,8 @@ async fn pipeline(
                 let Some(frame) = frames.borrow_and_update().clone() else { continue };
                 history.push(&frame.sample);
                 let events = detector.step(&history, &frame.sample, frame.sample.taken_at, None, &watched);
+                publish(shared, &frame, &history, &detector, config, &watched);
+                shared.publish_frame(&frame);
                 latest = Some(frame);
                 events
             },
@@ -108,15 +136,72 @@ async fn pipeline(
                 match &latest {
                     Some(frame) if frame.age() > stale_after => {
                         let now = frame.sample.taken_at + frame.age().as_secs_f64();
-                        detector.step(&history, &frame.sample, now, Some(stale_after), &watched)
+                        let events = detector.step(&history, &frame.sample, now, Some(stale_after), &watched);
+                        if !events.is_empty() {
+                            let open = detector.open().into_iter().cloned().collect();
+                            shared.update(|s| s.findings = open);
+                        }
+                        events
                     }
                     _ => Vec::new(),
                 }
             },
         };
         for event in &events {
+            shared.publish_finding(event);
             alerts.send(event);
         }
     }
     Ok(())
+}
+
+/// Hands the server what it reads: the latest frame, the watched PIDs, the open findings, the
+/// growth per GPU and the failed calls so far.
+fn publish(
+    shared: &Shared,
+    frame: &crate::model::Frame,
+    history: &History,
+    detector: &Detector,
+    config: &Config,
+    watched: &dyn Fn(&ProcSample) -> bool,
+) {
+    let over = config.detect.filling_window;
+    let pids = frame
+        .sample
+        .gpus
+        .iter()
+        .flat_map(|g| g.processes.iter())
+        .filter(|p| watched(p))
+        .map(|p| p.pid)
+        .collect();
+    let growth = frame
+        .sample
+        .gpus
+        .iter()
+        .filter_map(|g| {
+            let h = history.gpu(&g.uuid)?;
+            Some((
+                g.uuid.clone(),
+                (
+                    h.growth_bytes_per_s(over),
+                    h.time_to_full(over).map(|d| d.as_secs_f64()),
+                ),
+            ))
+        })
+        .collect();
+    let findings = detector.open().into_iter().cloned().collect();
+    shared.update(|s| {
+        let errors = frame
+            .sample
+            .errors
+            .iter()
+            .chain(frame.sample.gpus.iter().flat_map(|g| g.errors.iter()));
+        for e in errors {
+            *s.collect_errors.entry(e.call.clone()).or_insert(0) += 1;
+        }
+        s.latest = Some(frame.clone());
+        s.watched = pids;
+        s.growth = growth;
+        s.findings = findings;
+    });
 }

@@ -14,6 +14,7 @@ pub mod output;
 pub mod pick;
 pub mod record;
 pub mod sampler;
+pub mod serve;
 pub mod signal;
 pub mod source;
 pub mod tui;

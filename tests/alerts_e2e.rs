@@ -60,6 +60,8 @@ fn start_daemon(sc: &ScenarioFile, cfg: &std::path::Path) -> Child {
             "--interval",
             "200ms",
             "daemon",
+            "--listen",
+            "127.0.0.1:0",
         ])
         .stderr(Stdio::piped())
         .spawn()

@@ -37,6 +37,22 @@ pub struct ConfigFile {
     pub detect: Option<DetectFile>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub alerts: Option<AlertsFile>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub daemon: Option<DaemonFile>,
+}
+
+/// `[daemon]`: the HTTP server of `gpuwatch daemon`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct DaemonFile {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub listen: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token_file: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metrics_top_n: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metrics_floor: Option<String>,
 }
 
 /// `[sampling]`
@@ -234,6 +250,10 @@ pub const SCHEMA: &[(&str, &[&str])] = &[
             "rate-limit",
             "queue",
         ],
+    ),
+    (
+        "daemon",
+        &["listen", "token-file", "metrics-top-n", "metrics-floor"],
     ),
 ];
 

@@ -24,19 +24,20 @@ use std::time::Duration;
 
 pub use error::{ConfigError, Origin};
 pub use file::{
-    AlertsFile, ConfigFile, DetectFile, DisplayFile, HistoryFile, Number, NvmlFile, PickFile,
-    SCHEMA, SamplingFile, SnapshotFile, WatchFile,
+    AlertsFile, ConfigFile, DaemonFile, DetectFile, DisplayFile, HistoryFile, Number, NvmlFile,
+    PickFile, SCHEMA, SamplingFile, SnapshotFile, WatchFile,
 };
 pub use value::{
     ALERT_QUEUE_RANGE, DurationRange, EXTERNAL_HORIZON_RANGE, EXTERNAL_WINDOW_RANGE,
     FILLING_HORIZON_RANGE, FILLING_WINDOW_RANGE, GROWTH_RATE_RANGE, HANG_TIMEOUT_RANGE,
     HISTORY_WINDOW_RANGE, HYSTERESIS_RANGE, IDLE_DURATION_RANGE, INTERVAL_RANGE, IntRange,
-    LEAK_SUSTAIN_RANGE, LEAK_WARMUP_RANGE, MIN_PICK_COUNT, NEAR_CAPACITY_MIN_DURATION_RANGE,
-    NEAR_CAPACITY_PERCENT_RANGE, NumberRange, RATE_LIMIT_RANGE, REINIT_BACKOFF_MAX_RANGE,
-    SLOW_INTERVAL_RANGE, ValueError, WEBHOOK_RETRIES_RANGE, WEBHOOK_TIMEOUT_RANGE,
-    bytes_per_s_to_mib_per_min, check_count, check_duration, check_integer, check_number,
-    format_duration, format_number, format_size, fraction_to_percent, mib_per_min_to_bytes_per_s,
-    parse_count, parse_duration_in, parse_size, parse_webhook_url, percent_to_fraction,
+    LEAK_SUSTAIN_RANGE, LEAK_WARMUP_RANGE, METRICS_TOP_N_RANGE, MIN_PICK_COUNT,
+    NEAR_CAPACITY_MIN_DURATION_RANGE, NEAR_CAPACITY_PERCENT_RANGE, NumberRange, RATE_LIMIT_RANGE,
+    REINIT_BACKOFF_MAX_RANGE, SLOW_INTERVAL_RANGE, ValueError, WEBHOOK_RETRIES_RANGE,
+    WEBHOOK_TIMEOUT_RANGE, bytes_per_s_to_mib_per_min, check_count, check_duration, check_integer,
+    check_number, format_duration, format_number, format_size, fraction_to_percent,
+    mib_per_min_to_bytes_per_s, parse_count, parse_duration_in, parse_size, parse_webhook_url,
+    percent_to_fraction,
 };
 
 use crate::alert::AlertOptions;
@@ -72,6 +73,21 @@ pub struct Config {
     pub detect: Rules,
     /// `[alerts]`: which alert sinks run and how.
     pub alerts: AlertOptions,
+    /// `[daemon]`: the HTTP server of `gpuwatch daemon`.
+    pub daemon: DaemonConfig,
+}
+
+/// `[daemon]`
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DaemonConfig {
+    /// Where `/metrics` and the API listen.
+    pub listen: std::net::SocketAddr,
+    /// A file holding the bearer token; `None`: no token.
+    pub token_file: Option<PathBuf>,
+    /// Per-process memory series: the top N per GPU by memory…
+    pub metrics_top_n: usize,
+    /// …plus every process holding at least this many bytes.
+    pub metrics_floor: u64,
 }
 
 /// `[sampling]`: the sampler's cadences.
@@ -266,6 +282,12 @@ impl Default for Config {
             },
             detect: Rules::default(),
             alerts: AlertOptions::default(),
+            daemon: DaemonConfig {
+                listen: std::net::SocketAddr::from(([127, 0, 0, 1], 9400)),
+                token_file: None,
+                metrics_top_n: 20,
+                metrics_floor: 256 << 20,
+            },
         }
     }
 }
@@ -468,6 +490,7 @@ pub fn resolve(file: ConfigFile, overrides: &Overrides) -> Result<Config, Config
 
     let detect = resolve_detect(&f, &file.detect.unwrap_or_default(), &d.detect)?;
     let alerts = resolve_alerts(&f, &file.alerts.unwrap_or_default(), base_dir, d.alerts)?;
+    let daemon = resolve_daemon(&f, &file.daemon.unwrap_or_default(), base_dir, d.daemon)?;
 
     let snapshot = file.snapshot.unwrap_or_default();
     let unattributed = f.file(
@@ -498,6 +521,43 @@ pub fn resolve(file: ConfigFile, overrides: &Overrides) -> Result<Config, Config
         },
         detect,
         alerts,
+        daemon,
+    })
+}
+
+fn resolve_daemon(
+    f: &Checker<'_>,
+    file: &DaemonFile,
+    base_dir: Option<&Path>,
+    d: DaemonConfig,
+) -> Result<DaemonConfig, ConfigError> {
+    let listen = f.file("daemon.listen", file.listen.as_deref(), |text| {
+        text.trim().parse().map_err(|_| ValueError::NotAddress)
+    })?;
+    // Read relative to the config file's directory, like the other paths in it.
+    let token_file = f.file("daemon.token-file", file.token_file.as_deref(), |text| {
+        output_path(text, base_dir)
+    })?;
+    let top_n = f.integer(
+        "daemon.metrics-top-n",
+        file.metrics_top_n,
+        METRICS_TOP_N_RANGE,
+    )?;
+    let floor = f.file(
+        "daemon.metrics-floor",
+        file.metrics_floor.as_deref(),
+        parse_size,
+    )?;
+    Ok(DaemonConfig {
+        listen: layer(None, value(listen), d.listen),
+        token_file: layer(None, value(token_file).map(Some), d.token_file),
+        // In range, so this conversion cannot fail.
+        metrics_top_n: layer(
+            None,
+            top_n.and_then(|n| usize::try_from(n).ok()),
+            d.metrics_top_n,
+        ),
+        metrics_floor: layer(None, value(floor), d.metrics_floor),
     })
 }
 
@@ -928,6 +988,16 @@ impl Config {
             }),
             detect: Some(detect_file(&self.detect)),
             alerts: Some(alerts_file(&self.alerts)),
+            daemon: Some(DaemonFile {
+                listen: Some(self.daemon.listen.to_string()),
+                token_file: self
+                    .daemon
+                    .token_file
+                    .as_ref()
+                    .map(|p| p.to_string_lossy().into_owned()),
+                metrics_top_n: i64::try_from(self.daemon.metrics_top_n).ok(),
+                metrics_floor: Some(format_size(self.daemon.metrics_floor)),
+            }),
         };
         let body = toml::to_string(&file)
             .unwrap_or_else(|e| format!("# cannot write the config as TOML: {e}\n"));

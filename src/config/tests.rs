@@ -46,7 +46,9 @@ fn shipped_default_toml_sets_every_key() {
             // Keys without a default value are documented, commented out.
             if matches!(
                 (*section, *key),
-                ("nvml", "library") | ("alerts", "jsonl" | "command" | "webhook")
+                ("nvml", "library")
+                    | ("alerts", "jsonl" | "command" | "webhook")
+                    | ("daemon", "token-file")
             ) {
                 assert!(DEFAULT_TOML.contains(&format!("\n# {key} = ")), "{key}");
                 continue;
@@ -571,12 +573,12 @@ fn unknown_section_names_the_valid_sections() {
     assert_eq!(
         err_text("\n[sampler]\ninterval = \"1s\""),
         "config file '/x/config.toml': unknown section 'sampler' at line 2, column 2 \
-         (valid sections: sampling, nvml, display, watch, pick, history, snapshot, detect, alerts)"
+         (valid sections: sampling, nvml, display, watch, pick, history, snapshot, detect, alerts, daemon)"
     );
     assert_eq!(
         err_text("color = \"never\""),
         "config file '/x/config.toml': unknown section 'color' at line 1, column 1 \
-         (valid sections: sampling, nvml, display, watch, pick, history, snapshot, detect, alerts)"
+         (valid sections: sampling, nvml, display, watch, pick, history, snapshot, detect, alerts, daemon)"
     );
 }
 

@@ -137,6 +137,11 @@ pub struct IntRange {
 
 /// `alerts.webhook-retries`.
 pub const WEBHOOK_RETRIES_RANGE: IntRange = IntRange { min: 0, max: 10 };
+/// `daemon.metrics-top-n`.
+pub const METRICS_TOP_N_RANGE: IntRange = IntRange {
+    min: 0,
+    max: 10_000,
+};
 /// `alerts.queue`.
 pub const ALERT_QUEUE_RANGE: IntRange = IntRange {
     min: 1,
@@ -175,6 +180,8 @@ pub enum ValueError {
     Empty { expected: &'static str },
     #[error("not a webhook URL (expected a URL starting with http:// or https://)")]
     NotWebhookUrl,
+    #[error("not an address (expected an address and port like 127.0.0.1:9400)")]
+    NotAddress,
 }
 
 /// Parses a duration ("100ms", "1s", "2m", "1m 30s") and checks it lies in `range`.

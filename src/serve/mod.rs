@@ -1,0 +1,341 @@
+//! The daemon's HTTP side: `/metrics` (Prometheus text format) and the JSON API
+//! (`/api/v1/snapshot`, `/api/v1/findings`, `/api/v1/health`, `/api/v1/events` as SSE).
+//!
+//! The daemon loop owns the pipeline and publishes what the server needs into [`Shared`]
+//! after every frame; handlers only read it. Every response is built from the latest frame,
+//! so the series of a process that exited disappear with it.
+
+pub mod metrics;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use tokio::sync::broadcast;
+
+use crate::cli::DaemonArgs;
+use crate::config::DaemonConfig;
+use crate::detect::{Finding, FindingEvent};
+use crate::model::Frame;
+
+/// How the server is set up (from the command line).
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub listen: SocketAddr,
+    pub token: Option<String>,
+    pub top_n: usize,
+    pub floor: u64,
+}
+
+impl Options {
+    /// The command line over `[daemon]`: a non-loopback address needs a token or
+    /// `--insecure-listen`.
+    pub fn from_args(args: &DaemonArgs, config: &DaemonConfig) -> Result<Self, String> {
+        let listen: SocketAddr = args.listen.unwrap_or(config.listen);
+        let token = match args.token_file.as_ref().or(config.token_file.as_ref()) {
+            None => None,
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| format!("cannot read the token file '{}': {e}", path.display()))?;
+                let token = text.trim().to_string();
+                if token.is_empty() {
+                    return Err(format!("the token file '{}' is empty", path.display()));
+                }
+                Some(token)
+            }
+        };
+        if !listen.ip().is_loopback() && token.is_none() && !args.insecure_listen {
+            return Err(format!(
+                "refusing to listen on {listen}: it is not a loopback address and no token is \
+                 configured; give --token-file PATH, or --insecure-listen to serve anyone who \
+                 can reach it"
+            ));
+        }
+        Ok(Self {
+            listen,
+            token,
+            top_n: args.metrics_top_n.unwrap_or(config.metrics_top_n),
+            floor: args
+                .metrics_floor
+                .map_or(config.metrics_floor, |b| b.as_u64()),
+        })
+    }
+}
+
+/// What the daemon loop publishes for the server.
+#[derive(Debug, Default)]
+pub struct Published {
+    pub latest: Option<Frame>,
+    /// PIDs the watch set matches in the latest frame.
+    pub watched: HashSet<u32>,
+    /// The findings open now, most severe first.
+    pub findings: Vec<Finding>,
+    /// Per GPU UUID: growth (bytes/s) and time to full (s), where known.
+    pub growth: HashMap<String, (Option<f64>, Option<f64>)>,
+    /// Failed calls since start, by call name.
+    pub collect_errors: BTreeMap<String, u64>,
+}
+
+/// Shared between the daemon loop and the handlers.
+#[derive(Debug)]
+pub struct Shared {
+    pub state: Mutex<Published>,
+    pub events: broadcast::Sender<Event>,
+    pub options: Options,
+}
+
+/// What `/api/v1/events` streams.
+#[derive(Debug, Clone)]
+pub enum Event {
+    /// A snapshot JSON document.
+    Frame(Arc<str>),
+    /// A `FindingEvent` JSON document.
+    Finding(Arc<str>),
+}
+
+impl Shared {
+    pub fn new(options: Options) -> Arc<Self> {
+        let (events, _) = broadcast::channel(64);
+        Arc::new(Self {
+            state: Mutex::new(Published::default()),
+            events,
+            options,
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Published> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Called by the daemon loop after each frame (only serialises when someone listens).
+    pub fn publish_frame(&self, frame: &Frame) {
+        if self.events.receiver_count() > 0 {
+            let state = self.lock();
+            let json = snapshot_json(frame, &state.watched);
+            drop(state);
+            let _ = self.events.send(Event::Frame(json.into()));
+        }
+    }
+
+    pub fn publish_finding(&self, event: &FindingEvent) {
+        if self.events.receiver_count() > 0
+            && let Ok(json) = serde_json::to_string(event)
+        {
+            let _ = self.events.send(Event::Finding(json.into()));
+        }
+    }
+
+    pub fn update(&self, f: impl FnOnce(&mut Published)) {
+        f(&mut self.lock());
+    }
+}
+
+fn now_unix() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+fn snapshot_json(frame: &Frame, watched: &HashSet<u32>) -> String {
+    let is_watched = |p: &crate::model::ProcSample| watched.contains(&p.pid);
+    let snap = crate::output::json::snapshot(frame, &[], &is_watched, now_unix());
+    serde_json::to_string(&snap).unwrap_or_else(|_| "{}".to_string())
+}
+
+/// Binds the address (synchronously, so a failure is reported before the daemon starts).
+pub fn bind(addr: SocketAddr) -> Result<std::net::TcpListener, String> {
+    let listener =
+        std::net::TcpListener::bind(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    Ok(listener)
+}
+
+/// Serves until the runtime stops (call from inside the runtime).
+pub fn spawn(listener: std::net::TcpListener, shared: Arc<Shared>) -> Result<(), String> {
+    let listener =
+        tokio::net::TcpListener::from_std(listener).map_err(|e| format!("cannot listen: {e}"))?;
+    let app = router(shared);
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            eprintln!("gpuwatch: the HTTP server stopped: {e}");
+        }
+    });
+    Ok(())
+}
+
+pub fn router(shared: Arc<Shared>) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics_handler))
+        .route("/api/v1/snapshot", get(snapshot_handler))
+        .route("/api/v1/findings", get(findings_handler))
+        .route("/api/v1/health", get(health_handler))
+        .route("/api/v1/events", get(events_handler))
+        .fallback(not_found)
+        .with_state(shared)
+}
+
+fn json_response(status: StatusCode, body: String) -> Response {
+    (
+        status,
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        body,
+    )
+        .into_response()
+}
+
+fn error(status: StatusCode, message: &str) -> Response {
+    json_response(status, serde_json::json!({ "error": message }).to_string())
+}
+
+/// Unknown paths answer 404, but only to a client with the token (401 otherwise).
+async fn not_found(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
+    if let Some(r) = reject(&shared, &headers) {
+        return r;
+    }
+    error(StatusCode::NOT_FOUND, "no such endpoint")
+}
+
+/// A 401 response unless the request carries the configured bearer token.
+fn reject(shared: &Shared, headers: &HeaderMap) -> Option<Response> {
+    let Some(token) = &shared.options.token else {
+        return None;
+    };
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    // Compared without stopping at the first difference.
+    let ok = given.is_some_and(|g| {
+        g.len() == token.len()
+            && g.bytes()
+                .zip(token.bytes())
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                == 0
+    });
+    if ok {
+        None
+    } else {
+        let mut r = error(StatusCode::UNAUTHORIZED, "a valid bearer token is required");
+        r.headers_mut()
+            .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        Some(r)
+    }
+}
+
+async fn metrics_handler(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
+    if let Some(r) = reject(&shared, &headers) {
+        return r;
+    }
+    let text = {
+        let state = shared.lock();
+        metrics::render(&state, &shared.options)
+    };
+    match text {
+        Ok(text) => (
+            StatusCode::OK,
+            [(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static(
+                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                ),
+            )],
+            text,
+        )
+            .into_response(),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, &e),
+    }
+}
+
+async fn snapshot_handler(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
+    if let Some(r) = reject(&shared, &headers) {
+        return r;
+    }
+    let state = shared.lock();
+    match &state.latest {
+        Some(frame) => json_response(StatusCode::OK, snapshot_json(frame, &state.watched)),
+        None => error(StatusCode::SERVICE_UNAVAILABLE, "no sample yet"),
+    }
+}
+
+async fn findings_handler(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
+    if let Some(r) = reject(&shared, &headers) {
+        return r;
+    }
+    let body = serde_json::to_string(&shared.lock().findings).unwrap_or_else(|_| "[]".into());
+    json_response(StatusCode::OK, body)
+}
+
+async fn health_handler(State(shared): State<Arc<Shared>>) -> Response {
+    let state = shared.lock();
+    let body = match &state.latest {
+        Some(frame) => serde_json::json!({
+            "status": if frame.is_stale() { "stale" } else { "ok" },
+            "age_seconds": frame.age().as_secs_f64(),
+            "source": frame.source.kind.to_string(),
+        }),
+        None => serde_json::json!({ "status": "stale", "age_seconds": null, "source": null }),
+    };
+    json_response(StatusCode::OK, body.to_string())
+}
+
+async fn events_handler(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
+    if let Some(r) = reject(&shared, &headers) {
+        return r;
+    }
+    let rx = shared.events.subscribe();
+    // A new client gets the latest frame at once, then every frame and finding as they come.
+    let first = {
+        let state = shared.lock();
+        state
+            .latest
+            .as_ref()
+            .map(|f| sse("frame", &snapshot_json(f, &state.watched)))
+    };
+    let stream = futures_util::stream::unfold((first, rx), |(first, mut rx)| async move {
+        if let Some(chunk) = first {
+            return Some((Ok::<_, std::convert::Infallible>(chunk), (None, rx)));
+        }
+        loop {
+            match rx.recv().await {
+                Ok(Event::Frame(json)) => return Some((Ok(sse("frame", &json)), (None, rx))),
+                Ok(Event::Finding(json)) => {
+                    return Some((Ok(sse("finding", &json)), (None, rx)));
+                }
+                // A slow client skips what it missed.
+                Err(broadcast::error::RecvError::Lagged(_)) => {}
+                Err(broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    });
+    (
+        StatusCode::OK,
+        [
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/event-stream"),
+            ),
+            (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),
+        ],
+        Body::from_stream(stream),
+    )
+        .into_response()
+}
+
+fn sse(event: &str, data: &str) -> String {
+    // The JSON is on one line, so one `data:` line carries it.
+    format!("event: {event}\ndata: {data}\n\n")
+}

@@ -56,7 +56,7 @@ def main():
                 f.write("\n".join(lines) + "\n")
             env = dict(os.environ, GPUWATCH_NVML_LIB=lib, FAKE_NVML_SCENARIO=scenario,
                        FAKE_NVML_EPOCH=str(time.time()), XDG_CONFIG_HOME=tmp, XDG_STATE_HOME=tmp)
-            daemon = subprocess.Popen([binary, "--interval", "1s", "daemon"], env=env,
+            daemon = subprocess.Popen([binary, "--interval", "1s", "daemon", "--listen", "127.0.0.1:0"], env=env,
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             time.sleep(a.warmup)
             t0, c0 = time.monotonic(), cpu_ticks(daemon.pid)

@@ -16,6 +16,7 @@ pub mod record;
 pub mod sampler;
 pub mod signal;
 pub mod source;
+pub mod store;
 pub mod tui;
 pub mod watch;
 

@@ -4,6 +4,11 @@
 //! bytes per day of the downsampled data and of the full-resolution hour. Measures writing one
 //! sample, `who` on recent (full-resolution) and old (downsampled) data, and `peaks` over the
 //! last hour. Run: `cargo bench --bench store`.
+//!
+//! Measured on a 2-core VM (release): downsampled 36.9 MiB/day, full-resolution hour 51.2 MiB
+//! (full resolution all day would be ≈ 1.2 GiB/day), so the 200 MiB bound keeps ≈ 4.9 days at
+//! this scale; `who` 38 µs (recent) / 40 µs (3 days ago); `peaks` over the last hour 0.88 s;
+//! writing one sample (512 process rows) 1.1 ms; setup 41 s.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};

@@ -287,3 +287,35 @@ fn bytes_per_day_8x64() {
         hour_steps as f64 * 24.0 / 1_048_576.0
     );
 }
+
+#[test]
+fn full_disk_is_reported_not_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(&dir.path().join("h.sqlite")).unwrap();
+    store.write(&sample(T0, 1, 1, |_| Some(1))).unwrap();
+    // SQLite answers SQLITE_FULL, as on a full disk, once the file reaches max_page_count.
+    let pages: i64 = store
+        .conn
+        .query_row("PRAGMA page_count", [], |r| r.get(0))
+        .unwrap();
+    store
+        .conn
+        .query_row(&format!("PRAGMA max_page_count = {pages}"), [], |_| Ok(()))
+        .unwrap();
+    let mut failed = None;
+    for k in 1..2000 {
+        if let Err(e) = store.write(&sample(T0 + f64::from(k), 8, 64, |i| Some(u64::from(i)))) {
+            failed = Some(e);
+            break;
+        }
+    }
+    let e = failed.expect("writes never failed");
+    assert!(e.is_disk_full(), "{e}");
+    let text = e.to_string();
+    assert!(
+        text.contains("h.sqlite") && text.contains("disk is full"),
+        "{text}"
+    );
+    // What was written before is still readable.
+    assert!(store.who(&GpuRef::Index(0), T0).unwrap().is_some());
+}

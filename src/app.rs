@@ -106,7 +106,7 @@ fn open_history(args: &crate::cli::HistoryFileArgs) -> Result<crate::store::Stor
             path.display()
         )));
     }
-    crate::store::Store::open(&path).map_err(Failure::setup)
+    crate::store::Store::open_read_only(&path).map_err(Failure::setup)
 }
 
 fn now_secs() -> f64 {

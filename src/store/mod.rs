@@ -350,6 +350,45 @@ impl Store {
         })
     }
 
+    /// Opens an existing history file for queries only (`who`, `peaks`): works for a user who
+    /// may read but not write the daemon's file. Writing through it fails.
+    pub fn open_read_only(path: &Path) -> Result<Store, StoreError> {
+        let err = |action| {
+            let path = path.to_path_buf();
+            move |source| StoreError::Sqlite {
+                path,
+                action,
+                source,
+            }
+        };
+        let conn = Connection::open_with_flags(
+            path,
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(err("open the file for reading"))?;
+        conn.busy_timeout(Duration::from_secs(5))
+            .map_err(err("set the busy timeout"))?;
+        let version: i64 = conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .map_err(err("read the schema version (is it a SQLite file?)"))?;
+        if version != 1 {
+            return Err(StoreError::Io {
+                path: path.to_path_buf(),
+                action: "read it",
+                source: std::io::Error::other(format!(
+                    "not a gpuwatch history file of a known version (user_version {version})"
+                )),
+            });
+        }
+        Ok(Store {
+            conn,
+            path: path.to_path_buf(),
+            opts: StoreOptions::default(),
+            gpus: HashMap::new(),
+            procs: HashMap::new(),
+        })
+    }
+
     /// The file's path.
     pub fn path(&self) -> &Path {
         &self.path

@@ -86,6 +86,11 @@ fn round_trip_who_returns_what_was_recorded() {
         .query_row("SELECT count(*) FROM process", [], |r| r.get(0))
         .unwrap();
     assert_eq!(n, 6);
+    // A read-only handle answers the same.
+    let ro = Store::open_read_only(&dir.path().join("h.sqlite")).unwrap();
+    assert_eq!(ro.who(&GpuRef::Index(1), T0 + 5.5).unwrap().unwrap(), who);
+    assert!(ro.peaks(T0).is_ok());
+    drop(ro);
     // Reopening keeps it all.
     drop(store);
     let store = Store::open(&dir.path().join("h.sqlite")).unwrap();

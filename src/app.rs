@@ -72,6 +72,7 @@ pub fn run(cli: Cli) -> Result<u8> {
     }
     let config = load_config(&cli)?;
     match cli.command {
+        Some(Command::History(cmd)) => history(&cmd),
         Some(Command::PrintConfig) => {
             write_stdout(&config.to_toml())?;
             Ok(0)
@@ -89,6 +90,131 @@ pub fn run(cli: Cli) -> Result<u8> {
         }
         None | Some(Command::Tui) => dashboard(&cli.global, &config),
         Some(Command::Completions { .. } | Command::Man) => Ok(0),
+    }
+}
+
+fn open_history(args: &crate::cli::HistoryFileArgs) -> Result<crate::store::Store> {
+    let path = match &args.path {
+        Some(p) => p.clone(),
+        None => crate::store::default_path().ok_or_else(|| {
+            Failure::setup(
+                "cannot find the history file: set XDG_STATE_HOME or HOME, or pass --history PATH",
+            )
+        })?,
+    };
+    if !path.exists() {
+        return Err(Failure::setup(format!(
+            "no history file at '{}' (the daemon writes it; pass --history PATH for another)",
+            path.display()
+        )));
+    }
+    crate::store::Store::open_read_only(&path).map_err(Failure::setup)
+}
+
+fn now_secs() -> f64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+fn fmt_time(t: f64) -> String {
+    let st = SystemTime::UNIX_EPOCH + Duration::from_secs_f64(t.max(0.0));
+    humantime::format_rfc3339_seconds(st).to_string()
+}
+
+fn opt_bytes(v: Option<u64>) -> String {
+    v.map_or_else(|| "n/a".to_string(), crate::output::fmt_bytes)
+}
+
+fn history(cmd: &crate::cli::HistoryCommand) -> Result<u8> {
+    use crate::cli::HistoryCommand;
+    use std::fmt::Write as _;
+    let now = now_secs();
+    match cmd {
+        HistoryCommand::Who(args) => {
+            let at = crate::store::parse_time(&args.at, now).map_err(Failure::setup)?;
+            let store = open_history(&args.file)?;
+            let who = store.who(&args.gpu, at).map_err(Failure::runtime)?;
+            let Some(who) = who else {
+                return Err(Failure::runtime(format!(
+                    "no samples of GPU {} at {} in '{}'",
+                    match &args.gpu {
+                        crate::store::GpuRef::Index(i) => i.to_string(),
+                        crate::store::GpuRef::Uuid(u) => u.clone(),
+                    },
+                    fmt_time(at),
+                    store.path().display()
+                )));
+            };
+            if args.file.json {
+                let text = serde_json::to_string_pretty(&who)
+                    .map_err(|e| Failure::runtime(format!("cannot write JSON: {e}")))?;
+                write_stdout(&format!("{text}\n"))?;
+                return Ok(0);
+            }
+            let mut out = format!(
+                "GPU {} {} at {}{}: {} / {} used\n",
+                who.gpu_index,
+                who.gpu_uuid,
+                fmt_time(who.t),
+                if who.downsampled {
+                    " (1-minute step: peak memory, mean SM)"
+                } else {
+                    ""
+                },
+                opt_bytes(who.used),
+                opt_bytes(who.total)
+            );
+            let _ = writeln!(
+                out,
+                "{:>8}  {:<12} {:>10} {:>5}  COMMAND",
+                "PID", "USER", "GPU MEM", "SM%"
+            );
+            for p in &who.processes {
+                let _ = writeln!(
+                    out,
+                    "{:>8}  {:<12} {:>10} {:>5}  {}",
+                    p.pid,
+                    p.user.as_deref().unwrap_or("n/a"),
+                    opt_bytes(p.used),
+                    p.sm.map_or_else(|| "n/a".to_string(), |v| v.to_string()),
+                    p.command.as_deref().unwrap_or("(not visible here)")
+                );
+            }
+            write_stdout(&out)?;
+            Ok(0)
+        }
+        HistoryCommand::Peaks(args) => {
+            let since = crate::store::parse_since(&args.since, now).map_err(Failure::setup)?;
+            let store = open_history(&args.file)?;
+            let peaks = store.peaks(since).map_err(Failure::runtime)?;
+            if args.file.json {
+                let text = serde_json::to_string_pretty(&peaks)
+                    .map_err(|e| Failure::runtime(format!("cannot write JSON: {e}")))?;
+                write_stdout(&format!("{text}\n"))?;
+                return Ok(0);
+            }
+            let mut out = format!("Peak GPU memory since {}\n", fmt_time(since));
+            let _ = writeln!(
+                out,
+                "{:>8}  {:<12} {:>3} {:>10}  {:<20}  COMMAND",
+                "PID", "USER", "GPU", "PEAK", "AT"
+            );
+            for p in &peaks {
+                let _ = writeln!(
+                    out,
+                    "{:>8}  {:<12} {:>3} {:>10}  {:<20}  {}",
+                    p.pid,
+                    p.user.as_deref().unwrap_or("n/a"),
+                    p.gpu,
+                    crate::output::fmt_bytes(p.peak_used),
+                    fmt_time(p.at),
+                    p.command.as_deref().unwrap_or("(not visible here)")
+                );
+            }
+            write_stdout(&out)?;
+            Ok(0)
+        }
     }
 }
 

@@ -78,6 +78,9 @@ pub enum Command {
     Pick(PickArgs),
     /// Record samples to a file that `--replay FILE` plays back.
     Record(RecordArgs),
+    /// Query the local history store that the daemon writes.
+    #[command(subcommand)]
+    History(HistoryCommand),
     /// Print the effective configuration (defaults, file and command line merged).
     PrintConfig,
     /// Print shell completions.
@@ -87,6 +90,49 @@ pub enum Command {
     },
     /// Print the man page (roff).
     Man,
+}
+
+/// `gpuwatch history …`.
+#[derive(Debug, Subcommand)]
+pub enum HistoryCommand {
+    /// Which processes held memory on a GPU at a past moment.
+    Who(HistoryWhoArgs),
+    /// Peak GPU memory of every process since a moment.
+    Peaks(HistoryPeaksArgs),
+}
+
+/// Where the history file is.
+#[derive(Debug, Args, Default)]
+pub struct HistoryFileArgs {
+    /// The history file (default: `$XDG_STATE_HOME/gpuwatch/history.sqlite`, else
+    /// `~/.local/state/gpuwatch/history.sqlite`).
+    #[arg(long = "history", value_name = "PATH")]
+    pub path: Option<PathBuf>,
+    /// Print JSON instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct HistoryWhoArgs {
+    /// The GPU: NVML index or UUID.
+    #[arg(long, value_name = "GPU")]
+    pub gpu: crate::store::GpuRef,
+    /// The moment, in UTC: RFC 3339 (2026-11-29T03:12:00Z), HH:MM (today, or yesterday when
+    /// still to come), '10m ago', 'now' or unix seconds.
+    #[arg(long, value_name = "TIME", default_value = "now")]
+    pub at: String,
+    #[command(flatten)]
+    pub file: HistoryFileArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct HistoryPeaksArgs {
+    /// From when: a duration back from now (24h), or any TIME that `history who --at` takes.
+    #[arg(long, value_name = "WHEN", default_value = "24h")]
+    pub since: String,
+    #[command(flatten)]
+    pub file: HistoryFileArgs,
 }
 
 #[derive(Debug, Args, Default)]

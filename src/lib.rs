@@ -17,6 +17,7 @@ pub mod sampler;
 pub mod serve;
 pub mod signal;
 pub mod source;
+pub mod store;
 pub mod tui;
 pub mod watch;
 

@@ -1,0 +1,326 @@
+use super::*;
+use crate::model::{GpuSample, HostProc, Memory, ProcKind, ProcSample};
+
+/// A sample of `gpus` GPUs with `procs` processes each; process `i` uses `used(i)` bytes.
+pub(crate) fn sample(t: f64, gpus: u32, procs: u32, used: impl Fn(u32) -> Option<u64>) -> Sample {
+    let gpus = (0..gpus)
+        .map(|g| {
+            let mut s = GpuSample::empty(g, format!("GPU-{g:08x}-0000-0000-0000-000000000000"));
+            s.memory = Some(Memory {
+                total: 80 << 30,
+                reserved: Some(1 << 29),
+                used: 40 << 30,
+                free: 39 << 30,
+            });
+            s.util_gpu = Some(87.0);
+            s.temperature_c = Some(61);
+            s.power_watts = Some(412.5);
+            s.processes = (0..procs)
+                .map(|i| ProcSample {
+                    pid: 10_000 + g * 1000 + i,
+                    kind: ProcKind::Compute,
+                    used_bytes: used(i),
+                    sm_percent: (i % 2 == 0).then_some(42.0),
+                    mem_percent: None,
+                    gpu_instance: None,
+                    compute_instance: None,
+                    host: HostProc {
+                        visible: i != 1,
+                        user: (i != 1).then(|| format!("user{i}")),
+                        command: (i != 1).then(|| format!("python train.py --rank {i}")),
+                        start_time: Some(1_764_000_000 + u64::from(i)),
+                        container: None,
+                        ..HostProc::default()
+                    },
+                })
+                .collect();
+            s
+        })
+        .collect();
+    Sample {
+        taken_at: t,
+        gpus,
+        errors: Vec::new(),
+        collect_seconds: 0.01,
+    }
+}
+
+const T0: f64 = 1_764_000_000.0;
+
+#[test]
+fn round_trip_who_returns_what_was_recorded() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(&dir.path().join("h.sqlite")).unwrap();
+    for k in 0..10u64 {
+        store
+            .write(&sample(T0 + k as f64, 2, 3, |i| {
+                (i != 2).then_some((u64::from(i) + 1) * (1 << 30) + k)
+            }))
+            .unwrap();
+    }
+    let who = store.who(&GpuRef::Index(1), T0 + 5.5).unwrap().unwrap();
+    assert!((who.t - (T0 + 5.0)).abs() < 1e-6);
+    assert!(!who.downsampled);
+    assert_eq!(who.gpu_index, 1);
+    assert_eq!(who.used, Some(40 << 30));
+    assert_eq!(who.processes.len(), 3);
+    assert_eq!(who.processes[0].pid, 11_001);
+    assert_eq!(who.processes[0].used, Some((2 << 30) + 5));
+    assert_eq!(who.processes[0].user, None, "invisible process has no user");
+    assert_eq!(who.processes[0].sm, None, "unavailable SM stays None");
+    assert_eq!(who.processes[1].user.as_deref(), Some("user0"));
+    assert_eq!(who.processes[1].sm, Some(42));
+    assert_eq!(who.processes[2].used, None, "unavailable memory stays None");
+    // By UUID, and nothing before the first sample or far after the last.
+    let by_uuid = store
+        .who(&GpuRef::Uuid(who.gpu_uuid.clone()), T0 + 5.5)
+        .unwrap()
+        .unwrap();
+    assert_eq!(by_uuid, who);
+    assert!(store.who(&GpuRef::Index(1), T0 - 1.0).unwrap().is_none());
+    assert!(store.who(&GpuRef::Index(1), T0 + 100.0).unwrap().is_none());
+    assert!(store.who(&GpuRef::Index(7), T0 + 5.0).unwrap().is_none());
+    // Host facts are stored once per process.
+    let n: i64 = store
+        .conn
+        .query_row("SELECT count(*) FROM process", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(n, 6);
+    // A read-only handle answers the same.
+    let ro = Store::open_read_only(&dir.path().join("h.sqlite")).unwrap();
+    assert_eq!(ro.who(&GpuRef::Index(1), T0 + 5.5).unwrap().unwrap(), who);
+    assert!(ro.peaks(T0).is_ok());
+    drop(ro);
+    // Reopening keeps it all.
+    drop(store);
+    let store = Store::open(&dir.path().join("h.sqlite")).unwrap();
+    assert_eq!(
+        store.who(&GpuRef::Index(1), T0 + 5.5).unwrap().unwrap(),
+        who
+    );
+}
+
+#[test]
+fn peaks_report_the_largest_value_and_when() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(&dir.path().join("h.sqlite")).unwrap();
+    for k in 0..20u64 {
+        let bump = if k == 7 { 1 << 29 } else { 0 };
+        store
+            .write(&sample(T0 + k as f64, 1, 2, |i| {
+                Some(u64::from(i + 1) * (1 << 30) + if i == 0 { bump } else { 0 })
+            }))
+            .unwrap();
+    }
+    let peaks = store.peaks(T0).unwrap();
+    assert_eq!(peaks.len(), 2);
+    assert_eq!(peaks[0].pid, 10_001);
+    assert_eq!(peaks[0].peak_used, 2 << 30);
+    assert_eq!(peaks[1].pid, 10_000);
+    assert_eq!(peaks[1].peak_used, (1 << 30) + (1 << 29));
+    assert!((peaks[1].at - (T0 + 7.0)).abs() < 1e-6);
+    assert_eq!(peaks[1].user.as_deref(), Some("user0"));
+    assert_eq!(peaks[1].gpu, 0);
+    // Since after the spike: process 0's peak is lower.
+    let later = store.peaks(T0 + 10.0).unwrap();
+    assert_eq!(later[1].peak_used, 1 << 30);
+}
+
+#[test]
+fn downsampled_data_answers_who_and_peaks() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(&dir.path().join("h.sqlite")).unwrap();
+    for k in 0..180u64 {
+        store
+            .write(&sample(T0 + k as f64, 1, 2, |i| {
+                Some(u64::from(i) * 1000 + k)
+            }))
+            .unwrap();
+    }
+    let report = store.maintain(T0 + 2.0 * 3600.0).unwrap();
+    assert!(report.downsampled_rows > 0);
+    let raw: i64 = store
+        .conn
+        .query_row("SELECT count(*) FROM proc_sample", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(raw, 0);
+    let who = store.who(&GpuRef::Index(0), T0 + 90.0).unwrap().unwrap();
+    assert!(who.downsampled);
+    assert_eq!(who.processes.len(), 2);
+    // The step containing T0+90 is [T0+60, T0+120) when T0 is on a minute boundary.
+    let step_start = (T0 + 90.0).div_euclid(60.0) * 60.0;
+    assert!((who.t - step_start).abs() < 1e-6);
+    let peaks = store.peaks(T0).unwrap();
+    assert_eq!(peaks[0].peak_used, 1000 + 179);
+}
+
+#[test]
+fn a_week_of_samples_stays_under_the_bound_and_forgets_old_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("h.sqlite");
+    let opts = StoreOptions {
+        max_bytes: 4 << 20,
+        max_age: Duration::from_hours(48),
+        ..StoreOptions::default()
+    };
+    let mut store = Store::open_with(&path, opts).unwrap();
+    // A week, 2 GPUs × 4 processes, a sample every 5 s (to keep the test quick),
+    // maintenance every 10 minutes.
+    let mut max_seen = 0;
+    let week: u32 = 7 * 24 * 3600;
+    for s in (0..week).step_by(5) {
+        let t = T0 + f64::from(s);
+        store
+            .write(&sample(t, 2, 4, |i| {
+                Some(u64::from(i) << 30 | u64::from(s % 977))
+            }))
+            .unwrap();
+        if s % 600 == 595 {
+            let r = store.maintain(t).unwrap();
+            max_seen = max_seen.max(r.bytes);
+            assert!(
+                r.bytes <= opts.max_bytes,
+                "{} > {}",
+                r.bytes,
+                opts.max_bytes
+            );
+        }
+    }
+    let end = T0 + f64::from(week);
+    assert!(store.file_bytes() <= opts.max_bytes + (1 << 20));
+    assert_eq!(store.integrity_check().unwrap(), "ok");
+    // Older than max_age: gone. Recent: there.
+    assert!(
+        store
+            .who(&GpuRef::Index(0), end - 3.0 * 86_400.0)
+            .unwrap()
+            .is_none()
+    );
+    assert!(store.who(&GpuRef::Index(0), end - 10.0).unwrap().is_some());
+    let oldest: f64 = store
+        .conn
+        .query_row("SELECT min(t) FROM gpu_step", [], |r| r.get::<_, i64>(0))
+        .map(secs)
+        .unwrap();
+    assert!(oldest >= end - 2.0 * 86_400.0 - 3600.0);
+    eprintln!("week simulated; largest file after maintenance {max_seen} bytes");
+}
+
+#[test]
+fn size_bound_deletes_oldest_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = StoreOptions {
+        max_bytes: 1 << 20,
+        ..StoreOptions::default()
+    };
+    let mut store = Store::open_with(&dir.path().join("h.sqlite"), opts).unwrap();
+    // 6 hours of 1 GPU × 64 processes at 1 sample per 10 s, maintained at the end.
+    for s in (0..6 * 3600).step_by(10) {
+        store
+            .write(&sample(T0 + f64::from(s), 1, 64, |i| {
+                Some(u64::from(i) << 20)
+            }))
+            .unwrap();
+    }
+    let r = store.maintain(T0 + 6.0 * 3600.0).unwrap();
+    assert!(r.bytes <= opts.max_bytes, "{}", r.bytes);
+    assert!(
+        store
+            .who(&GpuRef::Index(0), T0 + 6.0 * 3600.0 - 20.0)
+            .unwrap()
+            .is_some()
+    );
+    assert!(store.who(&GpuRef::Index(0), T0 + 60.0).unwrap().is_none());
+}
+
+#[test]
+fn errors_name_the_path_and_never_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("not-a-dir");
+    std::fs::write(&file, b"x").unwrap();
+    let bad = file.join("h.sqlite");
+    let err = Store::open(&bad).err().unwrap().to_string();
+    assert!(err.contains(&*bad.to_string_lossy()), "{err}");
+    let garbage = dir.path().join("garbage.sqlite");
+    std::fs::write(&garbage, vec![7u8; 8192]).unwrap();
+    let err = Store::open(&garbage).err().unwrap().to_string();
+    assert!(err.contains("garbage.sqlite"), "{err}");
+}
+
+#[test]
+fn read_only_file_is_reported() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("h.sqlite");
+    {
+        let mut s = Store::open(&path).unwrap();
+        s.write(&sample(T0, 1, 1, |_| Some(1))).unwrap();
+        s.checkpoint().unwrap();
+    }
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o444)).unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o555)).unwrap();
+    let result = Store::open(&path).and_then(|mut s| s.write(&sample(T0 + 1.0, 1, 1, |_| Some(1))));
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    // Running as root ignores permissions; otherwise the failure is a clear error.
+    if let Err(e) = result {
+        assert!(e.to_string().contains("h.sqlite"), "{e}");
+    }
+}
+
+/// Bytes per day for 8 GPUs × 64 processes at 1 Hz: the downsampled tables (what accumulates
+/// per day) and the full-resolution hour (a constant on top).
+#[test]
+#[ignore = "slow (about a minute); run with --ignored to print the figures"]
+fn bytes_per_day_8x64() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(&dir.path().join("h.sqlite")).unwrap();
+    let used = |i: u32| Some((u64::from(i) + 1) * 300_000_000 + u64::from(i) * 4096);
+    // One hour of full resolution.
+    for s in 0..3600 {
+        store
+            .write(&sample(T0 + f64::from(s), 8, 64, used))
+            .unwrap();
+    }
+    let hour_raw = store.used_bytes().unwrap();
+    // Fold it: one hour of steps.
+    store.maintain(T0 + 2.0 * 3600.0).unwrap();
+    let hour_steps = store.used_bytes().unwrap();
+    eprintln!(
+        "8x64 @1Hz: full-resolution hour {:.1} MiB; downsampled {:.2} MiB/hour = {:.1} MiB/day",
+        hour_raw as f64 / 1_048_576.0,
+        hour_steps as f64 / 1_048_576.0,
+        hour_steps as f64 * 24.0 / 1_048_576.0
+    );
+}
+
+#[test]
+fn full_disk_is_reported_not_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(&dir.path().join("h.sqlite")).unwrap();
+    store.write(&sample(T0, 1, 1, |_| Some(1))).unwrap();
+    // SQLite answers SQLITE_FULL, as on a full disk, once the file reaches max_page_count.
+    let pages: i64 = store
+        .conn
+        .query_row("PRAGMA page_count", [], |r| r.get(0))
+        .unwrap();
+    store
+        .conn
+        .query_row(&format!("PRAGMA max_page_count = {pages}"), [], |_| Ok(()))
+        .unwrap();
+    let mut failed = None;
+    for k in 1..2000 {
+        if let Err(e) = store.write(&sample(T0 + f64::from(k), 8, 64, |i| Some(u64::from(i)))) {
+            failed = Some(e);
+            break;
+        }
+    }
+    let e = failed.expect("writes never failed");
+    assert!(e.is_disk_full(), "{e}");
+    let text = e.to_string();
+    assert!(
+        text.contains("h.sqlite") && text.contains("disk is full"),
+        "{text}"
+    );
+    // What was written before is still readable.
+    assert!(store.who(&GpuRef::Index(0), T0).unwrap().is_some());
+}

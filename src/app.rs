@@ -85,7 +85,11 @@ pub fn run(cli: Cli) -> Result<u8> {
                 crate::serve::Options::from_args(&args, &config.daemon).map_err(Failure::setup)?;
             let sampler = start(&cli.global, &config, None, None, true)?;
             let watch = watch_set(&config, &sampler.info());
-            crate::daemon::run(&sampler, &watch, &config, server).map_err(Failure::setup)?;
+            let history = (!args.no_history)
+                .then(|| args.history.clone().or_else(crate::store::default_path))
+                .flatten();
+            crate::daemon::run(&sampler, &watch, &config, server, history.as_deref())
+                .map_err(Failure::setup)?;
             Ok(0)
         }
         None | Some(Command::Tui) => dashboard(&cli.global, &config),

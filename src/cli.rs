@@ -156,6 +156,12 @@ pub struct DaemonArgs {
     /// 256MiB].
     #[arg(long, value_name = "SIZE")]
     pub metrics_floor: Option<bytesize::ByteSize>,
+    /// The local history database [default: `$XDG_STATE_HOME/gpuwatch/history.sqlite`].
+    #[arg(long, value_name = "PATH", conflicts_with = "no_history")]
+    pub history: Option<std::path::PathBuf>,
+    /// Do not record the local history.
+    #[arg(long)]
+    pub no_history: bool,
 }
 
 #[derive(Debug, Args, Default)]

@@ -25,8 +25,21 @@ pub fn run(
     watch: &WatchSet,
     config: &Config,
     server: Options,
+    history_path: Option<&std::path::Path>,
 ) -> Result<(), String> {
     let listener = crate::serve::bind(server.listen)?;
+    // The local history is worth having, not worth stopping for: a file that cannot be opened
+    // is reported and the daemon runs without it.
+    let mut store = history_path.and_then(|path| match crate::store::Store::open(path) {
+        Ok(store) => {
+            eprintln!("gpuwatch: recording history in {}", path.display());
+            Some(store)
+        }
+        Err(e) => {
+            eprintln!("gpuwatch: no local history: {e}");
+            None
+        }
+    });
     let bound = listener
         .local_addr()
         .map_err(|e| format!("cannot listen on {}: {e}", server.listen))?;
@@ -61,7 +74,19 @@ pub fn run(
             ""
         }
     );
-    rt.block_on(pipeline(sampler, watch, config, &alerts, &shared))?;
+    rt.block_on(pipeline(
+        sampler,
+        watch,
+        config,
+        &alerts,
+        &shared,
+        store.as_mut(),
+    ))?;
+    if let Some(store) = store.as_mut()
+        && let Err(e) = store.checkpoint()
+    {
+        eprintln!("gpuwatch: history: {e}");
+    }
     for s in alerts.shutdown(Duration::from_secs(2)) {
         eprintln!(
             "gpuwatch: sink {}: {} delivered, {} failed, {} dropped{}",
@@ -84,7 +109,10 @@ async fn pipeline(
     config: &Config,
     alerts: &Alerts,
     shared: &Shared,
+    mut store: Option<&mut crate::store::Store>,
 ) -> Result<(), String> {
+    let mut last_store_error: Option<String> = None;
+    let mut last_maintain = std::time::Instant::now();
     let mut sigterm = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
     let mut sigint = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
     let mut frames = sampler.frames();
@@ -114,6 +142,19 @@ async fn pipeline(
                 }
                 let Some(frame) = frames.borrow_and_update().clone() else { continue };
                 history.push(&frame.sample);
+                if let Some(store) = store.as_deref_mut() {
+                    // A full disk is reported (once per kind of error) and sampling goes on.
+                    match store.write(&frame.sample) {
+                        Ok(()) => last_store_error = None,
+                        Err(e) => {
+                            let text = e.to_string();
+                            if last_store_error.as_deref() != Some(text.as_str()) {
+                                eprintln!("gpuwatch: history not recorded: {text}");
+                                last_store_error = Some(text);
+                            }
+                        }
+                    }
+                }
                 let events = detector.step(&history, &frame.sample, frame.sample.taken_at, None, &watched);
                 publish(shared, &frame, &history, &detector, config, &watched);
                 shared.publish_frame(&frame);
@@ -121,6 +162,18 @@ async fn pipeline(
                 events
             },
             _ = tick.tick() => {
+                // Downsampling and retention once a minute.
+                if let Some(store) = store.as_deref_mut()
+                    && last_maintain.elapsed() >= Duration::from_mins(1)
+                {
+                    last_maintain = std::time::Instant::now();
+                    let now = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0.0, |d| d.as_secs_f64());
+                    if let Err(e) = store.maintain(now) {
+                        eprintln!("gpuwatch: history maintenance failed: {e}");
+                    }
+                }
                 // Drops are reported as they happen, not only at the end.
                 for s in alerts.stats() {
                     let before = dropped.insert(s.name, s.dropped).unwrap_or(0);

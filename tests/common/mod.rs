@@ -108,6 +108,7 @@ pub fn gpuwatch_cmd(scenario: &ScenarioFile) -> Command {
     cmd.env("GPUWATCH_NVML_LIB", fake_nvml())
         .env("FAKE_NVML_SCENARIO", &scenario.path)
         .env("XDG_CONFIG_HOME", scenario.dir.path())
+        .env("XDG_STATE_HOME", scenario.dir.path())
         .env("NO_COLOR", "1")
         .env_remove("FAKE_NVML_FREEZE")
         .env_remove("FAKE_NVML_EPOCH");

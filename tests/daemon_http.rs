@@ -10,11 +10,10 @@ mod common;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex, mpsc};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{ScenarioFile, Sleeper, gpuwatch_cmd, gpuwatch_on};
+use common::{Daemon, ScenarioFile, Sleeper, gpuwatch_cmd, gpuwatch_on};
 
 const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
 
@@ -45,53 +44,9 @@ faults.not_supported = ["power"]
     )
 }
 
-/// A running daemon and its port.
-struct Daemon {
-    child: Child,
-    port: u16,
-}
-
 impl Daemon {
-    fn start(sc: &ScenarioFile, extra: &[&str]) -> Self {
-        let mut child = gpuwatch_cmd(sc)
-            .args(["--interval", "200ms", "daemon", "--listen", "127.0.0.1:0"])
-            .args(extra)
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("daemon starts");
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let (tx, rx) = mpsc::channel();
-        let log = Arc::clone(&stderr);
-        let pipe = child.stderr.take().expect("stderr");
-        std::thread::spawn(move || {
-            for line in BufReader::new(pipe).lines() {
-                let Ok(line) = line else { break };
-                if let Some(rest) = line.split("listening on http://127.0.0.1:").nth(1) {
-                    let port: String = rest.chars().take_while(char::is_ascii_digit).collect();
-                    let _ = tx.send(port.parse::<u16>().expect("port"));
-                }
-                let mut log = log.lock().expect("lock");
-                log.push_str(&line);
-                log.push('\n');
-            }
-        });
-        let port = rx
-            .recv_timeout(Duration::from_secs(20))
-            .unwrap_or_else(|_| panic!("no bound address on stderr: {}", stderr.lock().unwrap()));
-        Self { child, port }
-    }
-
     fn get(&self, path: &str) -> (u16, String) {
         request(self.port, path, None)
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        let _ = self.child.wait();
     }
 }
 

@@ -4,9 +4,11 @@
 
 #![allow(dead_code)]
 
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, OnceLock, mpsc};
+use std::time::Duration;
 
 /// Path of `libfake_nvml.so`, building it first if needed (once per test binary).
 pub fn fake_nvml() -> &'static Path {
@@ -129,4 +131,50 @@ pub fn fails_with(o: &Output, code: i32, needle: &str) {
     assert_eq!(o.status.code(), Some(code), "exit code; stderr: {err}");
     assert!(err.contains(needle), "expected '{needle}' in: {err}");
     assert!(!err.contains("panicked"), "{err}");
+}
+
+/// A running daemon and its port.
+pub struct Daemon {
+    pub child: std::process::Child,
+    pub port: u16,
+}
+
+impl Daemon {
+    pub fn start(sc: &ScenarioFile, extra: &[&str]) -> Self {
+        let mut child = gpuwatch_cmd(sc)
+            .args(["--interval", "200ms", "daemon", "--listen", "127.0.0.1:0"])
+            .args(extra)
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("daemon starts");
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let (tx, rx) = mpsc::channel();
+        let log = Arc::clone(&stderr);
+        let pipe = child.stderr.take().expect("stderr");
+        std::thread::spawn(move || {
+            for line in BufReader::new(pipe).lines() {
+                let Ok(line) = line else { break };
+                if let Some(rest) = line.split("listening on http://127.0.0.1:").nth(1) {
+                    let port: String = rest.chars().take_while(char::is_ascii_digit).collect();
+                    let _ = tx.send(port.parse::<u16>().expect("port"));
+                }
+                let mut log = log.lock().expect("lock");
+                log.push_str(&line);
+                log.push('\n');
+            }
+        });
+        let port = rx
+            .recv_timeout(Duration::from_secs(20))
+            .unwrap_or_else(|_| panic!("no bound address on stderr: {}", stderr.lock().unwrap()));
+        Self { child, port }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.wait();
+    }
 }

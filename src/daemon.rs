@@ -127,8 +127,8 @@ async fn pipeline(
     let mut dropped: std::collections::HashMap<&'static str, u64> =
         std::collections::HashMap::new();
     let mut source_open = true;
-    let watched =
-        |p: &ProcSample| watch.matches(&p.host, p.pid, &crate::source::procinfo::read_ppid);
+    // "Mine", decided once per frame: the rules and the server ask many times per process.
+    let mut mine = std::collections::HashSet::new();
     loop {
         let events = tokio::select! {
             biased;
@@ -155,6 +155,8 @@ async fn pipeline(
                         }
                     }
                 }
+                mine = watch.pids_in(&frame.sample, &crate::source::procinfo::read_ppid);
+                let watched = |p: &ProcSample| mine.contains(&p.pid);
                 let events = detector.step(&history, &frame.sample, frame.sample.taken_at, None, &watched);
                 publish(shared, &frame, &history, &detector, config, &watched);
                 shared.publish_frame(&frame);
@@ -189,6 +191,7 @@ async fn pipeline(
                 match &latest {
                     Some(frame) if frame.age() > stale_after => {
                         let now = frame.sample.taken_at + frame.age().as_secs_f64();
+                        let watched = |p: &ProcSample| mine.contains(&p.pid);
                         let events = detector.step(&history, &frame.sample, now, Some(stale_after), &watched);
                         if !events.is_empty() {
                             let open = detector.open().into_iter().cloned().collect();

@@ -227,6 +227,22 @@ impl WatchSet {
         self.default_user.as_deref()
     }
 
+    /// The PIDs of a sample that are in the watched set, decided once: `pid:N` specs walk
+    /// `/proc` for ancestors, so consumers look the answer up instead of asking per call.
+    pub fn pids_in(
+        &self,
+        sample: &crate::model::Sample,
+        parent_of: &dyn Fn(u32) -> Option<u32>,
+    ) -> std::collections::HashSet<u32> {
+        sample
+            .gpus
+            .iter()
+            .flat_map(|g| &g.processes)
+            .filter(|p| self.matches(&p.host, p.pid, parent_of))
+            .map(|p| p.pid)
+            .collect()
+    }
+
     /// Whether process `pid` (host facts `proc`) is in the watched set. `parent_of` gives the
     /// parent of a PID, for `pid:N` specs that watch a whole tree. A process the host cannot
     /// see (`proc.visible == false`) matches only a `pid:N` naming it exactly.
@@ -439,5 +455,35 @@ mod tests {
         assert!(!set.matches(&host("alice", "x", None, None), 1, &no_parents));
         assert!(set.matches(&host("bob", "train", None, None), 1, &no_parents));
         assert_eq!(set.to_string(), "pid:5, cmd:train");
+    }
+
+    #[test]
+    fn pids_in_decides_once_per_sample_with_descendants() {
+        use crate::model::{GpuSample, ProcKind, ProcSample, Sample};
+        let proc = |pid, ppid| ProcSample {
+            pid,
+            kind: ProcKind::Compute,
+            used_bytes: Some(1),
+            sm_percent: None,
+            mem_percent: None,
+            gpu_instance: None,
+            compute_instance: None,
+            host: host("bob", "python", None, ppid),
+        };
+        let mut g = GpuSample::empty(0, "GPU-x".into());
+        g.processes = vec![proc(20, Some(10)), proc(30, Some(1))];
+        let sample = Sample {
+            taken_at: 0.0,
+            gpus: vec![g],
+            errors: vec![],
+            collect_seconds: 0.0,
+        };
+        let set = WatchSet::new(vec![WatchSpec::Pid(10)], None);
+        let mine = set.pids_in(&sample, &|_| None);
+        assert_eq!(
+            mine.into_iter().collect::<Vec<_>>(),
+            vec![20],
+            "the child of pid 10 only"
+        );
     }
 }

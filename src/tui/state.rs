@@ -296,15 +296,32 @@ impl UiState {
     }
 
     /// The configured watch set or a process or user marked with `w`/`W`.
-    fn matches_watch(&self, p: &ProcSample) -> bool {
-        self.extra_pids.contains(&p.pid)
-            || p.host
-                .user
-                .as_ref()
-                .is_some_and(|u| self.extra_users.contains(u))
-            || self
-                .watch
-                .matches(&p.host, p.pid, &crate::source::procinfo::read_ppid)
+    fn watched_pids(&self, sample: &crate::model::Sample) -> std::collections::HashSet<u32> {
+        let mut pids = self
+            .watch
+            .pids_in(sample, &crate::source::procinfo::read_ppid);
+        pids.extend(
+            sample
+                .gpus
+                .iter()
+                .flat_map(|g| &g.processes)
+                .filter(|p| {
+                    self.extra_pids.contains(&p.pid)
+                        || p.host
+                            .user
+                            .as_ref()
+                            .is_some_and(|u| self.extra_users.contains(u))
+                })
+                .map(|p| p.pid),
+        );
+        pids
+    }
+
+    /// Decides "mine" again for the frame on screen (the watch set or the frame changed).
+    fn refresh_watched(&mut self) {
+        if let Some(f) = self.shown.clone() {
+            self.watched = self.watched_pids(&f.sample);
+        }
     }
 
     /// GPUs on screen (all, or the one `g` chose).
@@ -337,14 +354,7 @@ impl UiState {
         }
         self.history.push(&frame.sample);
         self.derive(&frame);
-        let mine: std::collections::HashSet<u32> = frame
-            .sample
-            .gpus
-            .iter()
-            .flat_map(|g| &g.processes)
-            .filter(|p| self.matches_watch(p))
-            .map(|p| p.pid)
-            .collect();
+        let mine = self.watched_pids(&frame.sample);
         let watched = |p: &ProcSample| mine.contains(&p.pid);
         let events = self.detector.step(
             &self.history,
@@ -362,6 +372,7 @@ impl UiState {
             return Effect::None;
         }
         self.shown = Some(frame);
+        self.watched = mine;
         self.rebuild_rows();
         // The tree follows new processes, at most once a second.
         if self.view == View::Tree
@@ -407,14 +418,6 @@ impl UiState {
             self.rows.clear();
             return;
         };
-        self.watched = frame
-            .sample
-            .gpus
-            .iter()
-            .flat_map(|g| &g.processes)
-            .filter(|p| self.matches_watch(p))
-            .map(|p| p.pid)
-            .collect();
         let needle = self.filter.to_lowercase();
         let mut rows: Vec<RowRef> = Vec::new();
         for (gi, g) in frame.sample.gpus.iter().enumerate() {
@@ -697,6 +700,7 @@ impl UiState {
                 self.paused = !self.paused;
                 if !self.paused {
                     self.shown.clone_from(&self.latest);
+                    self.refresh_watched();
                     self.rebuild_rows();
                 }
             }
@@ -722,6 +726,7 @@ impl UiState {
             let watched = !self.extra_users.remove(&user) && self.extra_users.insert(user.clone());
             (format!("user {user}"), watched)
         };
+        self.refresh_watched();
         self.rebuild_rows();
         self.message = Some(format!(
             "{what} {}",

@@ -92,7 +92,8 @@ pub fn run(cli: Cli) -> Result<u8> {
                 .map_err(Failure::setup)?;
             Ok(0)
         }
-        None | Some(Command::Tui) => dashboard(&cli.global, &config),
+        None => dashboard(&cli.global, &config),
+        Some(Command::Tui(args)) => tui(&cli.global, &config, &args),
         Some(Command::Completions { .. } | Command::Man) => Ok(0),
     }
 }
@@ -533,6 +534,15 @@ fn open_new(path: &Path, force: bool) -> Result<std::fs::File> {
 }
 
 /// The dashboard on a terminal; elsewhere (a pipe, a file) the snapshot table on every frame.
+fn tui(g: &GlobalArgs, config: &Config, args: &crate::cli::TuiArgs) -> Result<u8> {
+    if args.connect.is_some() || args.prometheus.is_some() {
+        return Err(Failure::setup(
+            "--connect and --prometheus are not available in this build yet",
+        ));
+    }
+    dashboard(g, config)
+}
+
 fn dashboard(g: &GlobalArgs, config: &Config) -> Result<u8> {
     if !(std::io::stdout().is_terminal() && std::io::stdin().is_terminal()) {
         return live_table(g, config);

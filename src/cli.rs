@@ -69,7 +69,7 @@ pub struct GlobalArgs {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// The dashboard (the default): GPUs, processes, history charts, process detail.
-    Tui,
+    Tui(TuiArgs),
     /// Headless: sampler, detector and alert sinks, logging to stderr, until SIGTERM.
     Daemon(DaemonArgs),
     /// Every GPU and every process holding memory on it, once.
@@ -90,6 +90,21 @@ pub enum Command {
     },
     /// Print the man page (roff).
     Man,
+}
+
+/// `gpuwatch tui`: local GPUs by default, or a remote daemon, or a cluster through Prometheus.
+#[derive(Debug, Args, Default)]
+pub struct TuiArgs {
+    /// Show a remote daemon's GPUs (its `/api/v1/events` stream), e.g. http://gpu-07:9400.
+    #[arg(long, value_name = "URL", conflicts_with = "prometheus")]
+    pub connect: Option<String>,
+    /// Show a cluster overview from a Prometheus server that scrapes gpuwatch daemons, e.g.
+    /// http://prom:9090.
+    #[arg(long, value_name = "URL")]
+    pub prometheus: Option<String>,
+    /// File holding the bearer token for the remote daemon(s) (`daemon --token-file`).
+    #[arg(long, value_name = "PATH")]
+    pub token_file: Option<PathBuf>,
 }
 
 /// `gpuwatch history …`.

@@ -24,7 +24,7 @@ pub fn run(
     sampler: &Sampler,
     watch: &WatchSet,
     config: &Config,
-    server: Options,
+    mut server: Options,
     history_path: Option<&std::path::Path>,
 ) -> Result<(), String> {
     let listener = crate::serve::bind(server.listen)?;
@@ -48,6 +48,9 @@ pub fn run(
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+    if store.is_some() {
+        server.history = history_path.map(std::path::Path::to_path_buf);
+    }
     let shared = Shared::new(server);
     {
         let _guard = rt.enter();

@@ -340,6 +340,7 @@ mod tests {
             token: None,
             top_n,
             floor,
+            history: None,
         }
     }
 

@@ -5,7 +5,11 @@
 //! after every frame; handlers only read it. Every response is built from the latest frame,
 //! so the series of a process that exited disappear with it.
 
+mod history;
 pub mod metrics;
+
+/// At most this many `/api/v1/history` queries run at once; more get 429.
+const HISTORY_QUERIES_AT_ONCE: usize = 2;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::SocketAddr;
@@ -32,6 +36,8 @@ pub struct Options {
     pub token: Option<String>,
     pub top_n: usize,
     pub floor: u64,
+    /// The history file `/api/v1/history` reads (the daemon sets it when it records one).
+    pub history: Option<std::path::PathBuf>,
 }
 
 impl Options {
@@ -65,6 +71,7 @@ impl Options {
             floor: args
                 .metrics_floor
                 .map_or(config.metrics_floor, |b| b.as_u64()),
+            history: None,
         })
     }
 }
@@ -89,6 +96,8 @@ pub struct Shared {
     pub state: Mutex<Published>,
     pub events: broadcast::Sender<Event>,
     pub options: Options,
+    /// History queries run on blocking threads; this bounds how many at once.
+    history_slots: tokio::sync::Semaphore,
 }
 
 /// What `/api/v1/events` streams.
@@ -107,6 +116,7 @@ impl Shared {
             state: Mutex::new(Published::default()),
             events,
             options,
+            history_slots: tokio::sync::Semaphore::new(HISTORY_QUERIES_AT_ONCE),
         })
     }
 
@@ -181,11 +191,12 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/api/v1/findings", get(findings_handler))
         .route("/api/v1/health", get(health_handler))
         .route("/api/v1/events", get(events_handler))
+        .route("/api/v1/history", get(history::handler))
         .fallback(not_found)
         .with_state(shared)
 }
 
-fn json_response(status: StatusCode, body: String) -> Response {
+pub(crate) fn json_response(status: StatusCode, body: String) -> Response {
     (
         status,
         [(
@@ -197,7 +208,7 @@ fn json_response(status: StatusCode, body: String) -> Response {
         .into_response()
 }
 
-fn error(status: StatusCode, message: &str) -> Response {
+pub(crate) fn error(status: StatusCode, message: &str) -> Response {
     json_response(status, serde_json::json!({ "error": message }).to_string())
 }
 
@@ -210,7 +221,7 @@ async fn not_found(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Res
 }
 
 /// A 401 response unless the request carries the configured bearer token.
-fn reject(shared: &Shared, headers: &HeaderMap) -> Option<Response> {
+pub(crate) fn reject(shared: &Shared, headers: &HeaderMap) -> Option<Response> {
     let Some(token) = &shared.options.token else {
         return None;
     };

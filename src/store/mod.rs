@@ -253,6 +253,66 @@ CREATE TABLE IF NOT EXISTS proc_step(t INTEGER NOT NULL, gpu INTEGER NOT NULL,
 PRAGMA user_version = 1;
 ";
 
+/// What [`Store::series`] answers for.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SeriesQuery {
+    pub gpu: Option<GpuRef>,
+    pub pid: Option<u32>,
+    pub since: f64,
+    pub until: f64,
+    /// Bucket width, seconds.
+    pub step: f64,
+}
+
+/// Whose series it is.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SeriesKey {
+    pub gpu_index: u32,
+    pub gpu_uuid: String,
+    /// Set for a process's series.
+    pub pid: Option<u32>,
+    pub start_time: Option<u64>,
+    pub user: Option<String>,
+    pub command: Option<String>,
+}
+
+/// One bucket: memory in bytes (min, max, mean over the samples in it), the GPU's capacity and
+/// mean utilisation (GPU series only), and how many samples it summarises.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SeriesPoint {
+    /// The bucket's start, unix seconds.
+    pub t: f64,
+    pub samples: u64,
+    pub used_min: Option<u64>,
+    pub used_max: Option<u64>,
+    pub used_mean: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub total: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub util_mean: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Series {
+    #[serde(flatten)]
+    pub key: SeriesKey,
+    pub points: Vec<SeriesPoint>,
+}
+
+/// Reads columns 6.. of a series row (bucket, min, max, mean, samples, total, util).
+fn point(r: &rusqlite::Row<'_>, since: i64, step: i64) -> rusqlite::Result<SeriesPoint> {
+    let u = |v: Option<i64>| v.map(|v| v.max(0) as u64);
+    Ok(SeriesPoint {
+        t: secs(since + r.get::<_, i64>(6)? * step),
+        used_min: u(r.get(7)?),
+        used_max: u(r.get(8)?),
+        used_mean: u(r.get(9)?),
+        samples: r.get::<_, i64>(10)?.max(0) as u64,
+        total: u(r.get(11)?),
+        util_mean: r.get::<_, Option<f64>>(12)?.filter(|v| v.is_finite()),
+    })
+}
+
 /// A GPU sample row found by `who`: t, gpu id, uuid, index, used, total.
 type Found = (i64, i64, String, u32, Option<i64>, Option<i64>);
 
@@ -871,6 +931,103 @@ impl Store {
                 .collect::<Result<Vec<_>, _>>()
             })
             .map_err(self.err("query peaks"))
+    }
+
+    /// Memory (and utilisation) over time for `/api/v1/history`: every GPU, or one GPU, or the
+    /// processes with one PID, between `since` and `until` (unix seconds) in buckets of `step`
+    /// seconds (min, max and mean per bucket, over full-resolution samples and downsampled
+    /// steps alike). The caller bounds the number of buckets.
+    pub fn series(&self, q: &SeriesQuery) -> Result<Vec<Series>, StoreError> {
+        let since = ms(q.since);
+        let until = ms(q.until);
+        let step = ms(q.step).max(1);
+        let (gpu_clause, gpu_key): (&str, rusqlite::types::Value) = match &q.gpu {
+            None => ("?4 IS NULL", rusqlite::types::Value::Null),
+            Some(GpuRef::Index(i)) => ("x.gpu_index = ?4", i64::from(*i).into()),
+            Some(GpuRef::Uuid(u)) => ("g.uuid = ?4", u.clone().into()),
+        };
+        let mut out: Vec<Series> = Vec::new();
+        let push = |out: &mut Vec<Series>, key: SeriesKey, point: SeriesPoint| match out.last_mut()
+        {
+            Some(last) if last.key == key => last.points.push(point),
+            _ => out.push(Series {
+                key,
+                points: vec![point],
+            }),
+        };
+        if let Some(pid) = q.pid {
+            // The GPU index of a process's series: the latest index its GPU was sampled at.
+            let sql = format!(
+                "WITH u(t, gpu, proc, umin, umax, umean, n) AS (
+                   SELECT t, gpu, proc, used, used, used, 1 FROM proc_sample WHERE t >= ?1 AND t <= ?2
+                   UNION ALL
+                   SELECT t, gpu, proc, used_min, used_max, used_mean, n FROM proc_step WHERE t >= ?1 AND t <= ?2),
+                 x AS (SELECT u.*, coalesce(
+                        (SELECT gpu_index FROM gpu_sample s WHERE s.gpu = u.gpu ORDER BY s.t DESC LIMIT 1),
+                        (SELECT gpu_index FROM gpu_step s WHERE s.gpu = u.gpu ORDER BY s.t DESC LIMIT 1), 0) AS gpu_index
+                       FROM u JOIN process p ON p.id = u.proc WHERE p.pid = ?5)
+                 SELECT x.gpu_index, g.uuid, p.pid, p.start_time, p.user, p.command,
+                   (x.t - ?1) / ?3 AS b, min(x.umin), max(x.umax), CAST(round(sum(x.umean * x.n) * 1.0 / sum(x.n)) AS INTEGER),
+                   sum(x.n), NULL, NULL
+                 FROM x JOIN gpu g ON g.id = x.gpu JOIN process p ON p.id = x.proc
+                 WHERE {gpu_clause}
+                 GROUP BY x.gpu, x.proc, b ORDER BY x.gpu_index, g.uuid, p.id, b"
+            );
+            self.conn
+                .prepare(&sql)
+                .and_then(|mut s| {
+                    let mut rows = s.query(params![since, until, step, gpu_key, pid])?;
+                    while let Some(r) = rows.next()? {
+                        let key = SeriesKey {
+                            gpu_index: r.get(0)?,
+                            gpu_uuid: r.get(1)?,
+                            pid: r.get(2)?,
+                            start_time: r.get::<_, Option<i64>>(3)?.map(|v| v as u64),
+                            user: r.get(4)?,
+                            command: r.get(5)?,
+                        };
+                        push(&mut out, key, point(r, since, step)?);
+                    }
+                    Ok(())
+                })
+                .map_err(self.err("query process history"))?;
+        } else {
+            let sql = format!(
+                "WITH x(t, gpu, gpu_index, umin, umax, umean, n, total, util) AS (
+                   SELECT t, gpu, gpu_index, used, used, used, 1, total, util FROM gpu_sample WHERE t >= ?1 AND t <= ?2
+                   UNION ALL
+                   SELECT t, gpu, gpu_index, used_min, used_max, used_mean, n, total, util_mean FROM gpu_step WHERE t >= ?1 AND t <= ?2)
+                 SELECT max(x.gpu_index), g.uuid, NULL, NULL, NULL, NULL,
+                   (x.t - ?1) / ?3 AS b, min(x.umin), max(x.umax), CAST(round(sum(x.umean * x.n) * 1.0 / sum(x.n)) AS INTEGER),
+                   sum(x.n), max(x.total), sum(x.util * x.n) * 1.0 / sum(CASE WHEN x.util IS NULL THEN 0 ELSE x.n END)
+                 FROM x JOIN gpu g ON g.id = x.gpu
+                 WHERE {gpu_clause} AND ?5 IS NULL
+                 GROUP BY x.gpu, b ORDER BY x.gpu, b"
+            );
+            self.conn
+                .prepare(&sql)
+                .and_then(|mut s| {
+                    let mut rows =
+                        s.query(params![since, until, step, gpu_key, rusqlite::types::Null])?;
+                    while let Some(r) = rows.next()? {
+                        let key = SeriesKey {
+                            gpu_index: r.get(0)?,
+                            gpu_uuid: r.get(1)?,
+                            pid: None,
+                            start_time: None,
+                            user: None,
+                            command: None,
+                        };
+                        push(&mut out, key, point(r, since, step)?);
+                    }
+                    Ok(())
+                })
+                .map_err(self.err("query GPU history"))?;
+            out.sort_by(|a, b| {
+                (a.key.gpu_index, &a.key.gpu_uuid).cmp(&(b.key.gpu_index, &b.key.gpu_uuid))
+            });
+        }
+        Ok(out)
     }
 
     /// Checkpoints the WAL into the database file (the daemon calls this on shutdown).

@@ -324,3 +324,98 @@ fn full_disk_is_reported_not_a_panic() {
     // What was written before is still readable.
     assert!(store.who(&GpuRef::Index(0), T0).unwrap().is_some());
 }
+
+#[test]
+fn series_buckets_raw_and_downsampled_data_alike() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(&dir.path().join("h.sqlite")).unwrap();
+    // 3 hours at one sample every 10 s; process 0 grows by 1 MiB per sample. Maintenance at
+    // the end downsamples everything older than an hour into one-minute steps.
+    let n: u32 = 3 * 360;
+    for k in 0..n {
+        let t = T0 + f64::from(k) * 10.0;
+        store
+            .write(&sample(t, 2, 2, |i| {
+                Some(if i == 0 { u64::from(k) << 20 } else { 5 << 30 })
+            }))
+            .unwrap();
+    }
+    store.maintain(T0 + f64::from(n) * 10.0).unwrap();
+
+    // Every GPU, one-hour buckets over the three hours: both halves of the data are counted.
+    let all = store
+        .series(&SeriesQuery {
+            gpu: None,
+            pid: None,
+            since: T0,
+            until: T0 + 3.0 * 3600.0,
+            step: 3600.0,
+        })
+        .unwrap();
+    assert_eq!(all.len(), 2);
+    assert_eq!(all[0].key.gpu_index, 0);
+    assert_eq!(all[1].key.gpu_index, 1);
+    let points = &all[1].points;
+    assert_eq!(points.len(), 3);
+    assert!((points[0].t - T0).abs() < 1e-6);
+    assert_eq!(
+        points[0].samples, 360,
+        "downsampled steps keep their sample counts"
+    );
+    assert_eq!(points[2].samples, 360, "the last hour is full resolution");
+    assert_eq!(points[1].used_max, Some(40 << 30));
+    assert_eq!(points[1].total, Some(80 << 30));
+    assert!((points[1].util_mean.unwrap() - 87.0).abs() < 1e-6);
+
+    // One process (GPU 1's process 0 is pid 11 000), one GPU, ten-minute buckets.
+    let one = store
+        .series(&SeriesQuery {
+            gpu: Some(GpuRef::Index(1)),
+            pid: Some(11_000),
+            since: T0 + 3600.0,
+            until: T0 + 3.0 * 3600.0 - 1.0,
+            step: 600.0,
+        })
+        .unwrap();
+    assert_eq!(one.len(), 1);
+    let s = &one[0];
+    assert_eq!(s.key.pid, Some(11_000));
+    assert_eq!(s.key.command.as_deref(), Some("python train.py --rank 0"));
+    assert_eq!(s.points.len(), 12);
+    // The first bucket holds samples 360..420 (in one-minute steps before the cut): min and
+    // max are exact, the mean is the samples' mean.
+    assert_eq!(s.points[0].used_min, Some(360 << 20));
+    assert_eq!(s.points[0].used_max, Some(419 << 20));
+    assert_eq!(s.points[0].used_mean, Some((389 << 20) + (1 << 19)));
+    assert_eq!(s.points[0].total, None);
+    // The last bucket is raw data: samples 1020..1079.
+    assert_eq!(s.points[11].used_min, Some(1020 << 20));
+    assert_eq!(s.points[11].used_max, Some(1079 << 20));
+    assert_eq!(s.points[11].samples, 60);
+
+    // A PID on another GPU, and nothing outside the recorded time.
+    assert!(
+        store
+            .series(&SeriesQuery {
+                gpu: Some(GpuRef::Index(0)),
+                pid: Some(11_000),
+                since: T0,
+                until: T0 + 3.0 * 3600.0,
+                step: 60.0,
+            })
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        store
+            .series(&SeriesQuery {
+                gpu: None,
+                pid: None,
+                since: T0 - 7200.0,
+                until: T0 - 1.0,
+                step: 60.0,
+            })
+            .unwrap()
+            .is_empty()
+    );
+}

@@ -535,12 +535,115 @@ fn open_new(path: &Path, force: bool) -> Result<std::fs::File> {
 
 /// The dashboard on a terminal; elsewhere (a pipe, a file) the snapshot table on every frame.
 fn tui(g: &GlobalArgs, config: &Config, args: &crate::cli::TuiArgs) -> Result<u8> {
-    if args.connect.is_some() || args.prometheus.is_some() {
+    let token = read_token(args.token_file.as_deref())?;
+    if let Some(url) = &args.connect {
+        return connect_dashboard(config, url, token);
+    }
+    if args.prometheus.is_some() {
         return Err(Failure::setup(
-            "--connect and --prometheus are not available in this build yet",
+            "--prometheus is not available in this build yet",
         ));
     }
     dashboard(g, config)
+}
+
+/// The bearer token in `path` (trimmed), for a daemon that wants one.
+fn read_token(path: Option<&std::path::Path>) -> Result<Option<String>> {
+    let Some(path) = path else { return Ok(None) };
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        Failure::setup(format!(
+            "cannot read the token file '{}': {e}",
+            path.display()
+        ))
+    })?;
+    let token = text.trim().to_string();
+    if token.is_empty() {
+        return Err(Failure::setup(format!(
+            "the token file '{}' is empty",
+            path.display()
+        )));
+    }
+    Ok(Some(token))
+}
+
+/// `tui --connect URL`: a remote daemon's GPUs in the full dashboard (or, when the output is
+/// not a terminal, its snapshot table once).
+fn connect_dashboard(config: &Config, url: &str, token: Option<String>) -> Result<u8> {
+    let remote = crate::remote::connect(url, token).map_err(Failure::setup)?;
+    let watch = WatchSet::new(
+        config.watch.specs.clone(),
+        crate::source::procinfo::current_user(),
+    );
+    if !(std::io::stdout().is_terminal() && std::io::stdin().is_terminal()) {
+        return remote_table(config, &remote, &watch);
+    }
+    let options = crate::tui::TuiOptions {
+        color: config.display.color != ColorChoice::Never,
+        read_only: true,
+        history_window: config.history.window,
+    };
+    let no_call = || None;
+    crate::tui::run_feed(
+        crate::tui::Feed {
+            frames: remote.frames(),
+            in_flight: &no_call,
+            link: Some((remote.url.clone(), remote.link())),
+        },
+        watch,
+        &options,
+    )
+    .map_err(|e| Failure::runtime(format!("the dashboard failed: {e}")))?;
+    Ok(0)
+}
+
+/// The remote daemon's first frame as the snapshot table; gives up after the hang timeout,
+/// saying why the link is down.
+fn remote_table(config: &Config, remote: &crate::remote::Remote, watch: &WatchSet) -> Result<u8> {
+    let rt = runtime()?;
+    let mut frames = remote.frames();
+    let frame = rt.block_on(async {
+        match tokio::time::timeout(
+            config.sampling.hang_timeout,
+            frames.wait_for(Option::is_some),
+        )
+        .await
+        {
+            Ok(Ok(f)) => f.clone(),
+            _ => None,
+        }
+    });
+    let Some(frame) = frame else {
+        let why = match &*remote.link().borrow() {
+            crate::remote::Link::Disconnected { error, .. } => error.clone(),
+            _ => "no frame arrived".to_string(),
+        };
+        return Err(Failure::runtime(format!(
+            "no frame from {} within {}: {why}",
+            remote.url,
+            humantime::format_duration(config.sampling.hang_timeout)
+        )));
+    };
+    let parent = |pid: u32| {
+        frame
+            .sample
+            .gpus
+            .iter()
+            .flat_map(|g| &g.processes)
+            .find(|p| p.pid == pid)
+            .and_then(|p| p.host.ppid)
+    };
+    let mine = watch.pids_in(&frame.sample, &parent);
+    let watched = |p: &ProcSample| mine.contains(&p.pid);
+    print!(
+        "{}",
+        table::render(
+            &frame,
+            &watched,
+            now_unix(),
+            &table_options(config, Vec::new())
+        )
+    );
+    Ok(0)
 }
 
 fn dashboard(g: &GlobalArgs, config: &Config) -> Result<u8> {

@@ -18,6 +18,8 @@ pub enum SourceKind {
     Demo,
     /// A recording played back.
     Replay,
+    /// Another host's daemon, over its event stream (`tui --connect`).
+    Remote,
 }
 
 impl std::fmt::Display for SourceKind {
@@ -26,6 +28,7 @@ impl std::fmt::Display for SourceKind {
             SourceKind::Live => "live",
             SourceKind::Demo => "demo",
             SourceKind::Replay => "replay",
+            SourceKind::Remote => "remote",
         })
     }
 }

@@ -329,3 +329,31 @@ fn simulated_pids_are_never_signalled() {
             .contains("only to live processes")
     );
 }
+
+#[test]
+fn remote_daemon_disconnected() {
+    // `tui --connect`: the frames came from a daemon whose stream then broke. The header says
+    // so before anything else, and the findings panel repeats it with the reason.
+    let src = demo();
+    let (mut st, last) = fed_as(&src, Some(SourceKind::Remote), "alice", DEMO_START, 5);
+    let mono = last + Duration::from_secs(20);
+    st.link = Some((
+        "http://gpu-07:9400".to_string(),
+        gpuwatch::remote::Link::Disconnected {
+            // 2026-11-29T11:59:45Z
+            since: std::time::UNIX_EPOCH + Duration::from_secs(1_795_953_585),
+            error: "io: Connection refused (os error 111)".to_string(),
+            retry_at: mono + Duration::from_secs(4),
+            attempts: 3,
+        },
+    ));
+    let text = screen(&mut st, 160, 24, mono);
+    assert!(
+        text.lines().next().unwrap().contains(
+            "DISCONNECTED since 11:59:45 UTC from http://gpu-07:9400: io: Connection refused"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("retrying in 4s"), "{text}");
+    insta::assert_snapshot!(text);
+}

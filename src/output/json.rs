@@ -4,7 +4,7 @@
 //! scripts: bytes are integers, percentages are numbers, `null` means unavailable. New fields
 //! may be added within a schema version; nothing is renamed or removed without a new version.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::WatchedFn;
 use crate::model::{Frame, GpuSample, MigMode, ProcSample};
@@ -12,7 +12,7 @@ use crate::model::{Frame, GpuSample, MigMode, ProcSample};
 /// Bumped when a field changes meaning, type or name, or is removed.
 pub const SCHEMA_VERSION: u32 = 1;
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct Snapshot {
     pub schema_version: u32,
     pub host: String,
@@ -22,12 +22,15 @@ pub struct Snapshot {
     pub taken_at_unix: f64,
     /// Seconds since the sampler published this frame.
     pub age_seconds: f64,
+    /// The sampler's fast interval (added in 0.1; absent from older documents).
+    #[serde(default)]
+    pub interval_seconds: Option<f64>,
     pub stale: bool,
     pub errors: Vec<Error>,
     pub gpus: Vec<Gpu>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct Source {
     pub kind: String,
     pub detail: String,
@@ -36,13 +39,13 @@ pub struct Source {
     pub nvml_version: Option<String>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct Error {
     pub call: String,
     pub error: String,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct MemoryJson {
     pub total_bytes: u64,
     pub reserved_bytes: Option<u64>,
@@ -50,7 +53,7 @@ pub struct MemoryJson {
     pub free_bytes: u64,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct Gpu {
     pub index: u32,
     pub uuid: String,
@@ -83,7 +86,7 @@ pub struct Gpu {
     pub processes: Vec<Process>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct MigDevice {
     pub index: u32,
     pub uuid: Option<String>,
@@ -92,7 +95,7 @@ pub struct MigDevice {
     pub memory: Option<MemoryJson>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct Process {
     pub pid: u32,
     /// `"C"`, `"G"` or `"C+G"`.
@@ -187,6 +190,7 @@ pub fn snapshot(frame: &Frame, gpus: &[u32], watched: WatchedFn<'_>, now_unix: u
         taken_at: humantime::format_rfc3339_millis(sample.taken_at_system()).to_string(),
         taken_at_unix: sample.taken_at,
         age_seconds: frame.age().as_secs_f64(),
+        interval_seconds: Some(frame.interval.as_secs_f64()),
         stale: frame.is_stale(),
         errors: errors(&sample.errors),
         gpus: sample
@@ -244,5 +248,121 @@ pub fn snapshot(frame: &Frame, gpus: &[u32], watched: WatchedFn<'_>, now_unix: u
                 }
             })
             .collect(),
+    }
+}
+
+fn memory_back(m: Option<&MemoryJson>) -> Option<crate::model::Memory> {
+    m.map(|m| crate::model::Memory {
+        total: m.total_bytes,
+        reserved: m.reserved_bytes,
+        used: m.used_bytes,
+        free: m.free_bytes,
+    })
+}
+
+fn errors_back(list: &[Error]) -> Vec<crate::model::CallError> {
+    list.iter()
+        .map(|e| crate::model::CallError {
+            call: e.call.clone(),
+            error: e.error.clone(),
+        })
+        .collect()
+}
+
+impl Snapshot {
+    /// The source facts and the sample this document describes: what a remote dashboard
+    /// shows (`tui --connect`). The inverse of [`snapshot`] for every field the schema carries;
+    /// derived fields (`mine_bytes`, …) are recomputed by the reader.
+    pub fn to_model(&self) -> (crate::model::SourceInfo, crate::model::Sample) {
+        use crate::model::{GpuSample, HostProc, MigDeviceSample, ProcKind, SlowReadings};
+        let info = crate::model::SourceInfo {
+            kind: crate::model::SourceKind::Remote,
+            host: self.host.clone(),
+            driver_version: self.source.driver_version.clone(),
+            cuda_version: self.source.cuda_version.clone(),
+            nvml_version: self.source.nvml_version.clone(),
+            detail: format!("{} ({})", self.source.kind, self.source.detail),
+            me: None,
+        };
+        let gpus = self
+            .gpus
+            .iter()
+            .map(|g| GpuSample {
+                index: g.index,
+                uuid: g.uuid.clone(),
+                name: g.name.clone(),
+                pci_bus_id: g.pci_bus_id.clone(),
+                memory: memory_back(g.memory.as_ref()),
+                util_gpu: g.utilization_percent,
+                util_mem: g.memory_bandwidth_percent,
+                temperature_c: g.temperature_celsius,
+                temp_slowdown_c: g.temperature_slowdown_celsius,
+                power_watts: g.power_watts,
+                power_limit_watts: g.power_limit_watts,
+                sm_clock_mhz: g.sm_clock_mhz,
+                slow: SlowReadings {
+                    pcie_rx_bytes_per_s: g.pcie_rx_bytes_per_second,
+                    pcie_tx_bytes_per_s: g.pcie_tx_bytes_per_second,
+                    energy_joules: g.energy_joules,
+                    ecc_uncorrected: g.ecc_uncorrected_volatile,
+                    mem_clock_mhz: g.memory_clock_mhz,
+                    taken_at: None,
+                },
+                mig_mode: g.mig_mode.as_deref().and_then(|m| match m {
+                    "enabled" => Some(MigMode::Enabled),
+                    "disabled" => Some(MigMode::Disabled),
+                    _ => None,
+                }),
+                mig_devices: g
+                    .mig_devices
+                    .iter()
+                    .map(|d| MigDeviceSample {
+                        index: d.index,
+                        uuid: d.uuid.clone(),
+                        gpu_instance: d.gpu_instance,
+                        compute_instance: d.compute_instance,
+                        memory: memory_back(d.memory.as_ref()),
+                    })
+                    .collect(),
+                lost: g.lost,
+                processes: g
+                    .processes
+                    .iter()
+                    .map(|p| ProcSample {
+                        pid: p.pid,
+                        kind: match p.kind.as_str() {
+                            "G" => ProcKind::Graphics,
+                            "C+G" => ProcKind::Both,
+                            _ => ProcKind::Compute,
+                        },
+                        used_bytes: p.used_bytes,
+                        sm_percent: p.sm_percent,
+                        mem_percent: p.memory_bandwidth_percent,
+                        gpu_instance: p.gpu_instance,
+                        compute_instance: p.compute_instance,
+                        host: HostProc {
+                            visible: p.visible,
+                            name: p.name.clone(),
+                            command: p.command.clone(),
+                            user: p.user.clone(),
+                            uid: None,
+                            cpu_percent: p.cpu_percent,
+                            rss_bytes: p.rss_bytes,
+                            start_time: p.start_time,
+                            ppid: p.ppid,
+                            container: p.container.clone(),
+                        },
+                    })
+                    .collect(),
+                errors: errors_back(&g.errors),
+            })
+            .collect();
+        let sample = crate::model::Sample {
+            taken_at: self.taken_at_unix,
+            gpus,
+            errors: errors_back(&self.errors),
+            collect_seconds: 0.0,
+        };
+        (info, sample)
     }
 }

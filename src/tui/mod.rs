@@ -18,7 +18,7 @@ use ratatui::Terminal;
 use ratatui::backend::CrosstermBackend;
 use tokio::signal::unix::{SignalKind, signal};
 
-use crate::sampler::Sampler;
+use crate::sampler::{FrameRx, Sampler};
 use crate::signal::Sig;
 use crate::source::procdetail;
 use crate::watch::WatchSet;
@@ -167,13 +167,37 @@ fn context(theme: Theme) -> Context {
 /// Runs the dashboard until the user quits or a terminating signal arrives. The terminal is
 /// restored on every way out, panics included.
 pub fn run(sampler: &Sampler, watch: WatchSet, options: &TuiOptions) -> std::io::Result<()> {
+    let in_flight = || sampler.in_flight();
+    run_feed(
+        Feed {
+            frames: sampler.frames(),
+            in_flight: &in_flight,
+            link: None,
+        },
+        watch,
+        options,
+    )
+}
+
+/// Where the dashboard's frames come from: the local sampler, or a remote daemon's stream
+/// (with the state of the link to it).
+pub struct Feed<'a> {
+    pub frames: FrameRx,
+    /// The call a local sampler is stuck in.
+    pub in_flight: &'a dyn Fn() -> Option<crate::source::InFlight>,
+    /// The remote daemon's URL and the link's state.
+    pub link: Option<(String, tokio::sync::watch::Receiver<crate::remote::Link>)>,
+}
+
+/// Runs the dashboard on any feed (see [`run`]).
+pub fn run_feed(feed: Feed<'_>, watch: WatchSet, options: &TuiOptions) -> std::io::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    rt.block_on(run_loop(sampler, watch, options))
+    rt.block_on(run_loop(feed, watch, options))
 }
 
-async fn run_loop(sampler: &Sampler, watch: WatchSet, options: &TuiOptions) -> std::io::Result<()> {
+async fn run_loop(feed: Feed<'_>, watch: WatchSet, options: &TuiOptions) -> std::io::Result<()> {
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut sighup = signal(SignalKind::hangup())?;
     let mut sigint = signal(SignalKind::interrupt())?;
@@ -197,7 +221,14 @@ async fn run_loop(sampler: &Sampler, watch: WatchSet, options: &TuiOptions) -> s
             }
         })?;
 
-    let mut frames = sampler.frames();
+    let mut frames = feed.frames.clone();
+    let (url, mut link) = match feed.link {
+        Some((url, rx)) => (url, Some(rx)),
+        None => (String::new(), None),
+    };
+    if let Some(rx) = link.as_mut() {
+        state.link = Some((url.clone(), rx.borrow_and_update().clone()));
+    }
     if let Some(f) = frames.borrow_and_update().clone() {
         state.on_frame(f);
     }
@@ -238,9 +269,19 @@ async fn run_loop(sampler: &Sampler, watch: WatchSet, options: &TuiOptions) -> s
                     Effect::None
                 }
             },
+            changed = async { link.as_mut()?.changed().await.ok() }, if link.is_some() => {
+                dirty = true;
+                match (changed, link.as_mut()) {
+                    (Some(()), Some(rx)) => {
+                        state.link = Some((url.clone(), rx.borrow_and_update().clone()));
+                    }
+                    _ => link = None,
+                }
+                Effect::None
+            },
             _ = tick.tick() => {
                 // The clock tick: sample ages, staleness, the call a hung sampler is in.
-                state.in_flight = sampler.in_flight();
+                state.in_flight = (feed.in_flight)();
                 dirty = true;
                 Effect::None
             },

@@ -226,6 +226,8 @@ pub struct UiState {
     /// A critical finding opened: ring the terminal bell once.
     pub bell: bool,
     pub quit: bool,
+    /// With `--connect`: the daemon's URL and the state of the link to it.
+    pub link: Option<(String, crate::remote::Link)>,
 }
 
 impl UiState {
@@ -264,6 +266,7 @@ impl UiState {
             pending_events: Vec::new(),
             bell: false,
             quit: false,
+            link: None,
         }
     }
 
@@ -297,9 +300,22 @@ impl UiState {
 
     /// The configured watch set or a process or user marked with `w`/`W`.
     fn watched_pids(&self, sample: &crate::model::Sample) -> std::collections::HashSet<u32> {
-        let mut pids = self
-            .watch
-            .pids_in(sample, &crate::source::procinfo::read_ppid);
+        // A remote host's parents come from its own report, not from this host's `/proc`.
+        let remote_parent = |pid: u32| {
+            sample
+                .gpus
+                .iter()
+                .flat_map(|g| &g.processes)
+                .find(|p| p.pid == pid)
+                .and_then(|p| p.host.ppid)
+        };
+        let remote = self.link.is_some();
+        let parent_of: &dyn Fn(u32) -> Option<u32> = if remote {
+            &remote_parent
+        } else {
+            &crate::source::procinfo::read_ppid
+        };
+        let mut pids = self.watch.pids_in(sample, parent_of);
         pids.extend(
             sample
                 .gpus

@@ -14,8 +14,18 @@ use crate::tui::state::{SortKey, UiState};
 pub fn render(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Context) {
     let t = ctx.theme;
     let mut spans = vec![Span::styled("gpuwatch", t.title())];
+    let link = state
+        .link
+        .as_ref()
+        .map(|(url, link)| crate::remote::describe(link, url, ctx.mono));
     let Some(frame) = state.latest.as_ref() else {
-        spans.push(Span::raw("  waiting for the first sample…"));
+        match link {
+            Some((text, bad)) => {
+                spans.push(Span::raw("  "));
+                spans.push(Span::styled(text, if bad { t.bad() } else { t.dim() }));
+            }
+            None => spans.push(Span::raw("  waiting for the first sample…")),
+        }
         f.render_widget(Paragraph::new(Line::from(spans)), area);
         return;
     };
@@ -40,6 +50,11 @@ pub fn render(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Context) {
             t.dim(),
         ));
     }
+    if let Some((text, bad)) = link {
+        // Connected: where from, dimmed. Down: the whole story, loud, before anything else.
+        spans.push(Span::raw(" · "));
+        spans.push(Span::styled(text, if bad { t.bad() } else { t.dim() }));
+    }
     if state.paused {
         spans.push(Span::raw(" · "));
         spans.push(Span::styled("PAUSED (p)", t.warn()));
@@ -58,6 +73,9 @@ pub fn render(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Context) {
 /// What the findings panel lists: source health, until the detector adds its findings.
 pub fn findings(state: &UiState, mono: std::time::Instant) -> Vec<String> {
     let mut out = Vec::new();
+    if let Some((url, link @ crate::remote::Link::Disconnected { .. })) = &state.link {
+        out.push(crate::remote::describe(link, url, mono).0);
+    }
     let Some(frame) = state.latest.as_ref() else {
         return out;
     };

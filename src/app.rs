@@ -535,12 +535,54 @@ fn open_new(path: &Path, force: bool) -> Result<std::fs::File> {
 
 /// The dashboard on a terminal; elsewhere (a pipe, a file) the snapshot table on every frame.
 fn tui(g: &GlobalArgs, config: &Config, args: &crate::cli::TuiArgs) -> Result<u8> {
-    if args.connect.is_some() || args.prometheus.is_some() {
+    if let Some(prometheus) = &args.prometheus {
+        return cluster_overview(config, prometheus, args.token_file.as_deref());
+    }
+    if args.connect.is_some() {
         return Err(Failure::setup(
-            "--connect and --prometheus are not available in this build yet",
+            "--connect is not available in this build yet",
         ));
     }
     dashboard(g, config)
+}
+
+/// `tui --prometheus URL`: the cluster overview on a terminal, the plain table once elsewhere.
+fn cluster_overview(config: &Config, prometheus: &str, token_file: Option<&Path>) -> Result<u8> {
+    use crate::cluster::{self, ClusterExit, ClusterOptions, PromClient};
+    cluster::query::check_url(prometheus).map_err(Failure::setup)?;
+    let token = match token_file {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| Failure::setup(format!("cannot read '{}': {e}", path.display())))?;
+            Some(text.trim().to_string()).filter(|t| !t.is_empty())
+        }
+        None => None,
+    };
+    if !(std::io::stdout().is_terminal() && std::io::stdin().is_terminal()) {
+        let rows =
+            cluster::overview(&PromClient::new(prometheus, None)).map_err(Failure::runtime)?;
+        write_stdout(&cluster::plain_table(&rows))?;
+        return Ok(0);
+    }
+    let mut options = ClusterOptions {
+        prometheus: prometheus.to_string(),
+        token,
+        color: config.display.color != ColorChoice::Never,
+        message: None,
+    };
+    loop {
+        match cluster::run(options.clone())
+            .map_err(|e| Failure::runtime(format!("the cluster overview failed: {e}")))?
+        {
+            ClusterExit::Quit => return Ok(0),
+            ClusterExit::DrillDown(url) => {
+                // integrator: call connect_dashboard here
+                let line = format!("drill-down into {url}: run gpuwatch tui --connect {url}");
+                eprintln!("{line}");
+                options.message = Some(line);
+            }
+        }
+    }
 }
 
 fn dashboard(g: &GlobalArgs, config: &Config) -> Result<u8> {

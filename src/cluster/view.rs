@@ -14,6 +14,10 @@ use crate::tui::theme::Theme;
 use crate::tui::view::cut;
 
 const BAR: usize = 10;
+const HOST_MAX: usize = 22;
+const NAME_MAX: usize = 18;
+/// Below this width the GPU name column is left out.
+const NAME_FROM: u16 = 120;
 
 /// Time to full: `-` when there is no prediction, else minutes, hours or days.
 pub fn fmt_ttf(seconds: Option<f64>) -> String {
@@ -38,9 +42,10 @@ pub fn clock(t: SystemTime) -> String {
     format!("{:02}:{:02}:{:02}Z", (s / 3600) % 24, (s / 60) % 60, s % 60)
 }
 
-fn bar(r: &ClusterRow, t: Theme) -> Vec<Span<'static>> {
+/// The memory cell: a bar and `used/total`, or `n/a`.
+fn memory(r: &ClusterRow, t: Theme) -> Line<'static> {
     let (Some(used), Some(total)) = (r.mem_used, r.mem_total) else {
-        return vec![Span::styled(format!("{:<BAR$}", "n/a"), t.dim())];
+        return Line::from(Span::styled("n/a", t.dim()));
     };
     let frac = if total == 0 {
         0.0
@@ -48,10 +53,11 @@ fn bar(r: &ClusterRow, t: Theme) -> Vec<Span<'static>> {
         (used as f64 / total as f64).clamp(0.0, 1.0)
     };
     let full = ((frac * BAR as f64).round() as usize).min(BAR);
-    vec![
+    Line::from(vec![
         Span::styled("█".repeat(full), t.level(frac, 0.9, 0.97)),
         Span::styled("░".repeat(BAR - full), t.free()),
-    ]
+        Span::raw(format!(" {}/{}", fmt_bytes(used), fmt_bytes(total))),
+    ])
 }
 
 fn header(state: &ClusterState, t: Theme) -> Line<'static> {
@@ -109,14 +115,8 @@ fn footer(t: Theme) -> Line<'static> {
     Line::from(spans)
 }
 
-fn row_cells(r: &ClusterRow, t: Theme, stale: bool) -> Row<'static> {
+fn row_cells(r: &ClusterRow, t: Theme, stale: bool, with_name: bool) -> Row<'static> {
     let na = || "-".to_string();
-    let mem = match (r.mem_used, r.mem_total) {
-        (Some(u), Some(tot)) => format!("{}/{}", fmt_bytes(u), fmt_bytes(tot)),
-        _ => "n/a".to_string(),
-    };
-    let mut mem_line = bar(r, t);
-    mem_line.push(Span::raw(format!(" {mem}")));
     let gpu = if !r.up {
         Cell::from(Span::styled("down", t.bad()))
     } else if r.gpu.is_empty() {
@@ -133,11 +133,12 @@ fn row_cells(r: &ClusterRow, t: Theme, stale: bool) -> Row<'static> {
     } else {
         Span::styled(r.alerts.join(","), t.bad())
     };
-    let row = Row::new(vec![
-        Cell::from(cut(&r.host, 22)),
-        gpu,
-        Cell::from(cut(&r.name, 18)),
-        Cell::from(Line::from(mem_line)),
+    let mut cells = vec![Cell::from(cut(&r.host, HOST_MAX)), gpu];
+    if with_name {
+        cells.push(Cell::from(cut(&r.name, NAME_MAX)));
+    }
+    cells.extend([
+        Cell::from(memory(r, t)),
         Cell::from(util),
         Cell::from(
             r.top_process
@@ -148,6 +149,7 @@ fn row_cells(r: &ClusterRow, t: Theme, stale: bool) -> Row<'static> {
         Cell::from(fmt_ttf(r.time_to_full)),
         Cell::from(alerts),
     ]);
+    let row = Row::new(cells);
     if stale { row.style(t.dim()) } else { row }
 }
 
@@ -173,36 +175,55 @@ pub fn render(f: &mut Frame<'_>, state: &ClusterState, t: Theme) {
         return;
     }
     let dim_rows = state.stale();
-    let widths = [
-        Constraint::Length(22),
+    let with_name = body.width >= NAME_FROM;
+    let fit = |f: &dyn Fn(&ClusterRow) -> usize, title: &str, max: usize| -> Constraint {
+        let w = state.rows.iter().map(f).max().unwrap_or(0).min(max);
+        Constraint::Length(w.max(title.chars().count()) as u16)
+    };
+    let mut widths = vec![
+        fit(&|r| r.host.chars().count(), "HOST", HOST_MAX),
         Constraint::Length(4),
-        Constraint::Length(18),
-        Constraint::Length(BAR as u16 + 16),
-        Constraint::Length(5),
-        Constraint::Length(22),
-        Constraint::Length(9),
-        Constraint::Length(8),
-        Constraint::Min(6),
     ];
-    let head_row = Row::new(
-        [
-            "HOST",
-            "GPU",
-            "NAME",
-            "MEMORY",
-            "UTIL",
+    let mut titles = vec!["HOST", "GPU"];
+    if with_name {
+        widths.push(fit(&|r| r.name.chars().count(), "NAME", NAME_MAX));
+        titles.push("NAME");
+    }
+    widths.extend([
+        Constraint::Length(BAR as u16 + 16),
+        Constraint::Length(4),
+        fit(
+            &|r| {
+                r.top_process.as_ref().map_or(1, |(who, b)| {
+                    who.chars().count().min(14) + 1 + fmt_bytes(*b).len()
+                })
+            },
             "TOP PROCESS",
-            "EXTERNAL",
-            "FULL IN",
-            "ALERTS",
-        ]
-        .map(Cell::from),
+            22,
+        ),
+        Constraint::Length(8),
+        Constraint::Length(7),
+        Constraint::Min(6),
+    ]);
+    titles.extend([
+        "MEMORY",
+        "UTIL",
+        "TOP PROCESS",
+        "EXTERNAL",
+        "FULL IN",
+        "ALERTS",
+    ]);
+    let head_row = Row::new(titles.into_iter().map(Cell::from)).style(t.header());
+    let table = Table::new(
+        state
+            .rows
+            .iter()
+            .map(|r| row_cells(r, t, dim_rows, with_name)),
+        widths,
     )
-    .style(t.header());
-    let table = Table::new(state.rows.iter().map(|r| row_cells(r, t, dim_rows)), widths)
-        .header(head_row)
-        .column_spacing(1)
-        .row_highlight_style(t.selected());
+    .header(head_row)
+    .column_spacing(1)
+    .row_highlight_style(t.selected());
     let mut ts = TableState::default().with_selected(Some(state.selected));
     f.render_stateful_widget(table, body, &mut ts);
 }

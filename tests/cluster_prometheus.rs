@@ -145,7 +145,9 @@ fn keys_sort_select_and_drill_down() {
         st.key(key(KeyCode::Enter)),
         Action::Probe("http://10.0.0.8:9400".into())
     );
+    assert!(st.message.as_deref().unwrap().contains("probing"));
     assert_eq!(st.key(key(KeyCode::Char('r'))), Action::Refresh);
+    assert_eq!(st.message, None, "a message lasts until the next key");
     assert_eq!(st.key(key(KeyCode::Char('q'))), Action::Quit);
     assert_eq!(st.key(key(KeyCode::Esc)), Action::Quit);
 }

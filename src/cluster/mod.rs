@@ -126,6 +126,8 @@ impl ClusterState {
             return Action::None;
         }
         let ctrl = k.modifiers.contains(KeyModifiers::CONTROL);
+        // A message (drill-down outcome) lasts until the next key.
+        self.message = None;
         match k.code {
             KeyCode::Char('c') if ctrl => Action::Quit,
             KeyCode::Char('q') | KeyCode::Esc => Action::Quit,

@@ -539,10 +539,8 @@ fn tui(g: &GlobalArgs, config: &Config, args: &crate::cli::TuiArgs) -> Result<u8
     if let Some(url) = &args.connect {
         return connect_dashboard(config, url, token);
     }
-    if args.prometheus.is_some() {
-        return Err(Failure::setup(
-            "--prometheus is not available in this build yet",
-        ));
+    if let Some(prometheus) = &args.prometheus {
+        return cluster_overview(config, prometheus, token);
     }
     dashboard(g, config)
 }
@@ -644,6 +642,36 @@ fn remote_table(config: &Config, remote: &crate::remote::Remote, watch: &WatchSe
         )
     );
     Ok(0)
+}
+
+/// `tui --prometheus URL`: the cluster overview on a terminal, the plain table once elsewhere.
+fn cluster_overview(config: &Config, prometheus: &str, token: Option<String>) -> Result<u8> {
+    use crate::cluster::{self, ClusterExit, ClusterOptions, PromClient};
+    cluster::query::check_url(prometheus).map_err(Failure::setup)?;
+    if !(std::io::stdout().is_terminal() && std::io::stdin().is_terminal()) {
+        let rows =
+            cluster::overview(&PromClient::new(prometheus, None)).map_err(Failure::runtime)?;
+        write_stdout(&cluster::plain_table(&rows))?;
+        return Ok(0);
+    }
+    let mut options = ClusterOptions {
+        prometheus: prometheus.to_string(),
+        token,
+        color: config.display.color != ColorChoice::Never,
+        message: None,
+    };
+    loop {
+        match cluster::run(options.clone())
+            .map_err(|e| Failure::runtime(format!("the cluster overview failed: {e}")))?
+        {
+            ClusterExit::Quit => return Ok(0),
+            ClusterExit::DrillDown(url) => {
+                // The host's full dashboard; quitting it comes back to the overview.
+                connect_dashboard(config, &url, options.token.clone())?;
+                options.message = Some(format!("back from {url}"));
+            }
+        }
+    }
 }
 
 fn dashboard(g: &GlobalArgs, config: &Config) -> Result<u8> {

@@ -5,6 +5,7 @@
 pub mod alert;
 pub mod app;
 pub mod cli;
+pub mod cluster;
 pub mod config;
 pub mod daemon;
 pub mod detect;

@@ -4,89 +4,11 @@
 
 mod common;
 
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Daemon, ScenarioFile, Sleeper};
-use serde_json::Value;
+use common::{Daemon, ScenarioFile, Sleeper, query, start_prometheus};
 
 const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
-
-struct Prometheus {
-    child: Child,
-    port: u16,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Prometheus {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
-fn start_prometheus(targets: &[u16]) -> Prometheus {
-    assert!(
-        Command::new("prometheus")
-            .arg("--version")
-            .output()
-            .is_ok_and(|o| o.status.success()),
-        "prometheus is needed for this test (apt-get install prometheus; .ci/run installs it)"
-    );
-    let dir = tempfile::tempdir().expect("tmp");
-    let rules =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/prometheus/rules.yml");
-    let targets: Vec<String> = targets.iter().map(|p| format!("'127.0.0.1:{p}'")).collect();
-    let config = dir.path().join("prometheus.yml");
-    std::fs::write(
-        &config,
-        format!(
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files:\n  - '{}'\nscrape_configs:\n  - job_name: gpuwatch\n    static_configs:\n      - targets: [{}]\n",
-            rules.display(),
-            targets.join(", ")
-        ),
-    )
-    .expect("config");
-    let port = free_port();
-    let child = Command::new("prometheus")
-        .arg(format!("--config.file={}", config.display()))
-        .arg(format!(
-            "--storage.tsdb.path={}",
-            dir.path().join("data").display()
-        ))
-        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("prometheus starts");
-    Prometheus {
-        child,
-        port,
-        _dir: dir,
-    }
-}
-
-/// A PromQL instant query: the result vector.
-fn query(port: u16, promql: &str) -> Option<Vec<Value>> {
-    let url = format!("http://127.0.0.1:{port}/api/v1/query");
-    let body = ureq::get(&url)
-        .query("query", promql)
-        .call()
-        .ok()?
-        .into_body()
-        .read_to_string()
-        .ok()?;
-    let v: Value = serde_json::from_str(&body).ok()?;
-    v["data"]["result"].as_array().cloned()
-}
 
 #[test]
 fn prometheus_scrapes_two_daemons_and_promql_sees_both_hosts() {

@@ -13,6 +13,7 @@ pub mod model;
 pub mod output;
 pub mod pick;
 pub mod record;
+pub mod run;
 pub mod sampler;
 pub mod serve;
 pub mod signal;

@@ -317,7 +317,7 @@ mod tests {
     fn run_args(argv: &[&str]) -> (GlobalArgs, RunArgs) {
         let cli = Cli::try_parse_from(argv).expect("parses");
         match cli.command {
-            Some(Command::Run(args)) => (cli.global, args),
+            Some(Command::Run(parsed)) => (cli.global, parsed),
             other => panic!("not run: {other:?}"),
         }
     }

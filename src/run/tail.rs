@@ -47,13 +47,13 @@ enum Esc {
     /// Plain text.
     None,
     /// After ESC.
-    Esc,
+    Start,
     /// In a control sequence (`ESC [` … final byte 0x40–0x7e).
     Csi,
     /// In a string (OSC `ESC ]`, DCS `ESC P`, SOS, PM, APC) until BEL or ST (`ESC \`).
     Str,
     /// ESC seen inside a string: `\` ends it.
-    StrEsc,
+    StrEnd,
     /// `ESC` followed by intermediate bytes (e.g. charset selection `ESC ( B`).
     Intermediate,
 }
@@ -122,7 +122,7 @@ impl Tail {
         }
         match p.esc {
             Esc::None => {}
-            Esc::Esc => {
+            Esc::Start => {
                 p.esc = match b {
                     b'[' => Esc::Csi,
                     b']' | b'P' | b'X' | b'^' | b'_' => Esc::Str,
@@ -140,12 +140,12 @@ impl Tail {
             Esc::Str => {
                 match b {
                     0x07 => p.esc = Esc::None,
-                    0x1b => p.esc = Esc::StrEsc,
+                    0x1b => p.esc = Esc::StrEnd,
                     _ => {}
                 }
                 return;
             }
-            Esc::StrEsc => {
+            Esc::StrEnd => {
                 p.esc = if b == b'\\' { Esc::None } else { Esc::Str };
                 return;
             }
@@ -165,7 +165,7 @@ impl Tail {
         match b {
             b'\n' => self.end_line(index),
             b'\r' => p.cr = true,
-            0x1b => p.esc = Esc::Esc,
+            0x1b => p.esc = Esc::Start,
             b'\t' | 0x20.. if b != 0x7f => {
                 if p.text.len() < limit {
                     p.text.push(b);
@@ -238,6 +238,7 @@ fn finish_line(bytes: &[u8], cut: bool, limit: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fmt::Write as _;
 
     fn tail_of(chunks: &[(Stream, &[u8])], limits: TailLimits) -> Vec<String> {
         let mut t = Tail::new(limits);
@@ -333,7 +334,10 @@ mod tests {
             lines: 3,
             line_bytes: 100,
         };
-        let text: String = (1..=10).map(|i| format!("line {i}\n")).collect();
+        let mut text = String::new();
+        for i in 1..=10 {
+            writeln!(text, "line {i}").unwrap();
+        }
         assert_eq!(
             tail_of(&[(Stream::Stderr, text.as_bytes())], limits),
             ["line 8", "line 9", "line 10"]

@@ -97,11 +97,11 @@ pub enum Command {
 /// `gpuwatch tui`: local GPUs by default, or a remote daemon, or a cluster through Prometheus.
 #[derive(Debug, Args, Default)]
 pub struct TuiArgs {
-    /// Show a remote daemon's GPUs (its `/api/v1/events` stream), e.g. http://gpu-07:9400.
+    /// Show a remote daemon's GPUs (its `/api/v1/events` stream), e.g. `http://gpu-07:9400`.
     #[arg(long, value_name = "URL", conflicts_with = "prometheus")]
     pub connect: Option<String>,
     /// Show a cluster overview from a Prometheus server that scrapes gpuwatch daemons, e.g.
-    /// http://prom:9090.
+    /// `http://prom:9090`.
     #[arg(long, value_name = "URL")]
     pub prometheus: Option<String>,
     /// File holding the bearer token for the remote daemon(s) (`daemon --token-file`).

@@ -42,7 +42,7 @@ impl Gw {
 
 /// A job for the signal tests: prints `ready`, then waits (at most 30 s) for signals; `INT`
 /// prints `int-N` and carries on, `TERM` prints `term-after-N` and exits 143.
-const SIGNAL_JOB: &str = r#"
+const SIGNAL_JOB: &str = r"
 n=0
 sleep 30 & s=$!
 trap 'n=$((n+1)); echo int-$n' INT
@@ -51,7 +51,7 @@ echo ready
 while kill -0 $s 2>/dev/null; do wait $s; done
 echo gave-up
 exit 99
-"#;
+";
 
 fn read_line(out: &mut BufReader<ChildStdout>) -> String {
     let mut line = String::new();
@@ -201,7 +201,7 @@ fn on_terminal(mut cmd: Command) -> (Vec<u8>, Option<i32>) {
 #[test]
 fn a_terminal_stays_a_terminal_and_bytes_are_as_a_direct_run() {
     let gw = Gw::new();
-    let job = r#"test -t 1 && test -t 2 && printf 'tty\r\n\033[31mred\033[0m\n' && printf 'err\tx\n' >&2 && stty size <&1"#;
+    let job = r"test -t 1 && test -t 2 && printf 'tty\r\n\033[31mred\033[0m\n' && printf 'err\tx\n' >&2 && stty size <&1";
     let (through, code) = on_terminal(gw.run(&["sh", "-c", job]));
     assert_eq!(code, Some(0), "{}", String::from_utf8_lossy(&through));
     let mut direct = Command::new("sh");
@@ -363,7 +363,7 @@ fn memory_stays_bounded_with_50_mib_and_no_newline() {
         .run(&[
             "sh",
             "-c",
-            r#"head -c 52428800 /dev/zero | tr '\0' x; grep VmHWM /proc/$PPID/status >&2"#,
+            r"head -c 52428800 /dev/zero | tr '\0' x; grep VmHWM /proc/$PPID/status >&2",
         ])
         .stdout(Stdio::null())
         .output()

@@ -41,12 +41,14 @@ impl Gw {
 }
 
 /// A job for the signal tests: prints `ready`, then waits (at most 30 s) for signals; `INT`
-/// prints `int-N` and carries on, `TERM` prints `term-after-N` and exits 143.
+/// prints `int-N` and carries on, `TERM` prints `term-after-N` and exits 143, `HUP` prints
+/// `hup` and exits 129.
 const SIGNAL_JOB: &str = r"
 n=0
 sleep 30 & s=$!
 trap 'n=$((n+1)); echo int-$n' INT
 trap 'echo term-after-$n; kill $s; exit 143' TERM
+trap 'echo hup; kill $s; exit 129' HUP
 echo ready
 while kill -0 $s 2>/dev/null; do wait $s; done
 echo gave-up
@@ -208,7 +210,8 @@ fn a_terminal_stays_a_terminal_and_bytes_are_as_a_direct_run() {
     direct.args(["-c", job]);
     let (direct, code) = on_terminal(direct);
     assert_eq!(code, Some(0));
-    // Only the outer terminal's own ONLCR (\n → \r\n); the window size is ours.
+    // Only the outer terminal's own ONLCR (\n → \r\n); stdout and stderr share one terminal
+    // so their order is kept; the window size is ours.
     let expected = b"tty\r\r\n\x1b[31mred\x1b[0m\r\nerr\tx\r\n33 77\r\n";
     assert_eq!(
         String::from_utf8_lossy(&direct),
@@ -235,6 +238,27 @@ fn only_the_terminal_stream_gets_a_terminal() {
         .output()
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout), "out-pipe\nerr-tty\n");
+}
+
+#[test]
+fn stdout_and_stderr_into_one_pipe_keep_their_order() {
+    let gw = Gw::new();
+    let (read, write) = std::io::pipe().unwrap();
+    let mut cmd = gw.run(&[
+        "sh",
+        "-c",
+        "for i in 1 2 3 4 5; do echo out-$i; echo err-$i >&2; done",
+    ]);
+    cmd.stdout(write.try_clone().unwrap()).stderr(write);
+    let mut child = cmd.spawn().unwrap();
+    drop(cmd);
+    let mut got = String::new();
+    BufReader::new(read).read_to_string(&mut got).unwrap();
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+    assert_eq!(
+        got,
+        "out-1\nerr-1\nout-2\nerr-2\nout-3\nerr-3\nout-4\nerr-4\nout-5\nerr-5\n"
+    );
 }
 
 fn start_signal_job(gw: &Gw) -> (Child, BufReader<ChildStdout>) {
@@ -271,8 +295,8 @@ fn sigint_sent_with_kill_is_forwarded() {
     signal(&child, Signal::INT);
     assert_eq!(read_line(&mut out), "int-1\n");
     signal(&child, Signal::HUP);
-    // SIGHUP is forwarded too (the job dies of it: no trap).
-    assert_eq!(rest(out), "");
+    // SIGHUP is forwarded too.
+    assert_eq!(rest(out), "hup\n");
     assert_eq!(child.wait().unwrap().code(), Some(128 + 1));
 }
 

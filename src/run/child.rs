@@ -7,8 +7,11 @@
 //! terminal the job gets a fresh pseudo-terminal for that stream (so `isatty` is true and
 //! colours and progress bars work), its slave in raw mode (no `ONLCR`: bytes arrive exactly as
 //! written and our own terminal does the translation, as for a direct run) with our window
-//! size, updated on `SIGWINCH`; otherwise a pipe. A relay thread per stream copies the bytes
-//! to our descriptor exactly and feeds the bounded [`Tail`]. When our stdout is closed (EPIPE)
+//! size, updated on `SIGWINCH`; otherwise a pipe. When our stdout and stderr are the same file
+//! (one terminal, or `2>&1` into one pipe or file) the job gets one channel for both, so the
+//! order of its stdout and stderr writes is kept exactly; with two channels it could not be.
+//! A relay thread per channel copies the bytes to our descriptor exactly and feeds the bounded
+//! [`Tail`]. When our stdout is closed (EPIPE)
 //! the relay keeps draining, so the job never blocks on a full pipe, and keeps the tail.
 //!
 //! The pseudo-terminals are not the job's controlling terminal and the job stays in our
@@ -59,7 +62,8 @@ use signal_hook::low_level::siginfo::{Cause, Origin};
 pub use super::tail::{Stream, Tail, TailLimits};
 
 /// After the job exits, its output is drained until the pipes close, or until nothing arrives
-/// for this long (a background process it left behind may hold them open)…
+/// for this long (a background process it left behind may hold them open; what it writes
+/// later is lost)…
 const DRAIN_QUIET: Duration = Duration::from_millis(100);
 /// …or for at most this long.
 const DRAIN_MAX: Duration = Duration::from_secs(2);
@@ -205,7 +209,14 @@ pub fn spawn(spec: &ChildSpec, limits: TailLimits) -> io::Result<Running> {
     // Catch the signals before the job exists, so none is lost or kills us in between.
     let signals = Signals::new().map_err(fail)?;
     let (out, out_child) = Output::new(Stream::Stdout).map_err(fail)?;
-    let (err, err_child) = Output::new(Stream::Stderr).map_err(fail)?;
+    // Our stdout and stderr on the same terminal, pipe or file (`2>&1`): one channel for both,
+    // so the job's interleaving of the two is kept exactly, as in a direct run.
+    let (err, err_child) = if same_file(io::stdout(), io::stderr()) {
+        (None, out_child.try_clone().map_err(fail)?)
+    } else {
+        let (err, err_child) = Output::new(Stream::Stderr).map_err(fail)?;
+        (Some(err), err_child)
+    };
     let (exited_rx, exited_tx) =
         rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| fail(e.into()))?;
 
@@ -222,7 +233,8 @@ pub fn spawn(spec: &ChildSpec, limits: TailLimits) -> io::Result<Running> {
     drop(command);
     let pid = Pid::from_child(&child);
 
-    let ptys: Vec<(Stream, Arc<OwnedFd>)> = [&out, &err]
+    let outputs: Vec<Output> = std::iter::once(out).chain(err).collect();
+    let ptys: Vec<(Stream, Arc<OwnedFd>)> = outputs
         .iter()
         .filter(|o| o.pty)
         .map(|o| (o.stream, Arc::clone(&o.ours)))
@@ -231,7 +243,7 @@ pub fn spawn(spec: &ChildSpec, limits: TailLimits) -> io::Result<Running> {
 
     let tail = Arc::new(Mutex::new(Tail::new(limits)));
     let exited_rx = Arc::new(exited_rx);
-    let relays = [out, err]
+    let relays = outputs
         .into_iter()
         .map(|o| {
             let tail = Arc::clone(&tail);
@@ -353,6 +365,15 @@ impl Output {
             },
             write,
         ))
+    }
+}
+
+/// Whether two of our descriptors are the same file (device and inode): `2>&1`, or both on
+/// one terminal.
+fn same_file(a: impl std::os::fd::AsFd, b: impl std::os::fd::AsFd) -> bool {
+    match (rustix::fs::fstat(a), rustix::fs::fstat(b)) {
+        (Ok(a), Ok(b)) => a.st_dev == b.st_dev && a.st_ino == b.st_ino,
+        _ => false,
     }
 }
 

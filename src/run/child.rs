@@ -228,7 +228,7 @@ pub fn spawn(spec: &ChildSpec, limits: TailLimits) -> io::Result<Running> {
         .stdout(Stdio::from(out_child))
         .stderr(Stdio::from(err_child));
     let started = SystemTime::now();
-    let child = command.spawn().map_err(fail)?;
+    let mut child = command.spawn().map_err(fail)?;
     // Close our copies of the job's ends, or the relays would never see end of file.
     drop(command);
     let pid = Pid::from_child(&child);
@@ -252,8 +252,17 @@ pub fn spawn(spec: &ChildSpec, limits: TailLimits) -> io::Result<Running> {
                 .name(format!("run-relay-{:?}", o.stream).to_lowercase())
                 .spawn(move || relay(&o.ours, o.stream, &exited, &tail))
         })
-        .collect::<io::Result<Vec<_>>>()
-        .map_err(fail)?;
+        .collect::<io::Result<Vec<_>>>();
+    let relays = match relays {
+        Ok(relays) => relays,
+        Err(e) => {
+            // Nobody would read its output: it would block. Don't leave it behind.
+            drop(forwarder);
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(fail(e));
+        }
+    };
 
     Ok(Running {
         child,

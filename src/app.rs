@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 
 use clap::CommandFactory;
 
-use crate::cli::{Cli, Command, GlobalArgs, PickArgs, RecordArgs, SnapshotArgs};
+use crate::cli::{Cli, Command, GlobalArgs, PickArgs, RecordArgs, RunArgs, SnapshotArgs};
 use crate::config::{ColorChoice, Config, Overrides};
 use crate::model::{Frame, ProcSample};
 use crate::output::{json, table};
@@ -80,6 +80,7 @@ pub fn run(cli: Cli) -> Result<u8> {
         Some(Command::Snapshot(args)) => snapshot(&cli.global, &config, &args),
         Some(Command::Pick(args)) => pick(&cli.global, &config, &args),
         Some(Command::Record(args)) => record(&cli.global, &config, &args),
+        Some(Command::Run(args)) => run_job(&cli.global, &config, &args),
         Some(Command::Daemon(args)) => {
             let server =
                 crate::serve::Options::from_args(&args, &config.daemon).map_err(Failure::setup)?;
@@ -730,6 +731,39 @@ fn live_table(g: &GlobalArgs, config: &Config) -> Result<u8> {
 }
 
 /// Writes to stdout; a closed pipe (`| head`) ends the program quietly.
+/// `gpuwatch run`: runs the job with its output passed through and signals forwarded; exits
+/// with its code (128 + signal when a signal killed it). A job that can't be started exits
+/// 127 (not found) or 126 (not executable), like a shell.
+fn run_job(_g: &GlobalArgs, _config: &Config, args: &RunArgs) -> Result<u8> {
+    use crate::run::child::{ChildSpec, TailLimits};
+    if args.gpu.is_some() || args.min_free.is_some() || args.timeline.is_some() {
+        return Err(Failure::setup(
+            "run: --gpu, --min-free and --timeline are not available yet",
+        ));
+    }
+    let (program, rest) = args
+        .command
+        .split_first()
+        .ok_or_else(|| Failure::setup("run: no command given"))?;
+    let spec = ChildSpec {
+        program: program.clone(),
+        args: rest.to_vec(),
+        env: Vec::new(),
+    };
+    let running = crate::run::child::spawn(&spec, TailLimits::default()).map_err(|e| Failure {
+        code: if e.kind() == std::io::ErrorKind::NotFound {
+            127
+        } else {
+            126
+        },
+        message: e.to_string(),
+    })?;
+    let outcome = running
+        .wait()
+        .map_err(|e| Failure::runtime(format!("lost track of the job: {e}")))?;
+    Ok(outcome.exit_code())
+}
+
 fn write_stdout(text: &str) -> Result<()> {
     let mut out = std::io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {

@@ -78,6 +78,8 @@ pub enum Command {
     Pick(PickArgs),
     /// Record samples to a file that `--replay FILE` plays back.
     Record(RecordArgs),
+    /// Run a training job, watch its GPUs, and explain why it failed.
+    Run(RunArgs),
     /// Query the local history store that the daemon writes.
     #[command(subcommand)]
     History(HistoryCommand),
@@ -220,6 +222,34 @@ pub struct RecordArgs {
     pub force: bool,
 }
 
+/// `gpuwatch run [OPTIONS] [--] CMD ARGS…`. The sampling interval is the global `--interval`
+/// (default 250ms while a job runs).
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// GPU for the job: auto (the one `pick` chooses), an NVML index, or a UUID; sets
+    /// `CUDA_VISIBLE_DEVICES` by UUID. Default: leave `CUDA_VISIBLE_DEVICES` as it is.
+    #[arg(long, value_name = "auto|N|UUID")]
+    pub gpu: Option<String>,
+    /// With --gpu auto: only GPUs with at least this much free memory.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub min_free: Option<u64>,
+    /// Draw the job's memory timeline to this SVG file at the end.
+    #[arg(long, value_name = "FILE.svg")]
+    pub timeline: Option<PathBuf>,
+    /// Do not print the report at the end.
+    #[arg(long)]
+    pub quiet: bool,
+    /// The command and its arguments (everything after the first word is the job's, options
+    /// included; `--` before it is optional).
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "CMD"
+    )]
+    pub command: Vec<std::ffi::OsString>,
+}
+
 /// `100ms` … `60s`, with the config file's rules and messages.
 pub fn parse_interval(text: &str) -> Result<Duration, String> {
     crate::config::parse_duration_in(crate::config::INTERVAL_RANGE, text)
@@ -282,5 +312,51 @@ mod tests {
     fn sizes_parse() {
         assert_eq!(parse_size("20GiB"), Ok(20 << 30));
         assert!(parse_size("big").is_err());
+    }
+
+    fn run_args(argv: &[&str]) -> (GlobalArgs, RunArgs) {
+        let cli = Cli::try_parse_from(argv).expect("parses");
+        match cli.command {
+            Some(Command::Run(parsed)) => (cli.global, parsed),
+            other => panic!("not run: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn run_passes_everything_after_the_command_to_it() {
+        let (_, a) = run_args(&[
+            "gpuwatch", "run", "--", "python", "train.py", "--lr", "3e-4",
+        ]);
+        assert_eq!(a.command, ["python", "train.py", "--lr", "3e-4"]);
+        let (_, a) = run_args(&["gpuwatch", "run", "python", "-c", "print(1)"]);
+        assert_eq!(a.command, ["python", "-c", "print(1)"]);
+        // Our options before the command are ours; the same words after it are the job's.
+        let (g, a) = run_args(&[
+            "gpuwatch",
+            "run",
+            "--interval",
+            "500ms",
+            "--gpu",
+            "auto",
+            "--min-free",
+            "20GiB",
+            "--quiet",
+            "python",
+            "x.py",
+            "--gpu",
+            "3",
+            "--interval",
+            "1s",
+            "--help",
+        ]);
+        assert_eq!(g.interval, Some(Duration::from_millis(500)));
+        assert_eq!(a.gpu.as_deref(), Some("auto"));
+        assert_eq!(a.min_free, Some(20 << 30));
+        assert!(a.quiet);
+        assert_eq!(
+            a.command,
+            ["python", "x.py", "--gpu", "3", "--interval", "1s", "--help"]
+        );
+        assert!(Cli::try_parse_from(["gpuwatch", "run"]).is_err());
     }
 }

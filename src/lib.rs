@@ -15,6 +15,7 @@ pub mod output;
 pub mod pick;
 pub mod record;
 pub mod remote;
+pub mod run;
 pub mod sampler;
 pub mod serve;
 pub mod signal;

@@ -1,0 +1,9 @@
+//! `gpuwatch run -- CMD ARGS…`: run a training job with its output passed through, its
+//! signals forwarded and its exit code returned, keeping the tail of its output for the
+//! diagnosis.
+
+pub mod child;
+pub mod tail;
+
+pub use child::{ChildSpec, Exit, Outcome, Running, signal_name, spawn};
+pub use tail::{Stream, Tail, TailLimits};

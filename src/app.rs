@@ -734,21 +734,88 @@ fn live_table(g: &GlobalArgs, config: &Config) -> Result<u8> {
 /// `gpuwatch run`: runs the job with its output passed through and signals forwarded; exits
 /// with its code (128 + signal when a signal killed it). A job that can't be started exits
 /// 127 (not found) or 126 (not executable), like a shell.
-fn run_job(_g: &GlobalArgs, _config: &Config, args: &RunArgs) -> Result<u8> {
+/// `gpuwatch run -- CMD…`: the job runs whatever happens to the monitor (no GPU, no driver:
+/// it runs unwatched and the report says why); its exit code is ours.
+fn run_job(g: &GlobalArgs, config: &Config, args: &RunArgs) -> Result<u8> {
     use crate::run::child::{ChildSpec, TailLimits};
-    if args.gpu.is_some() || args.min_free.is_some() || args.timeline.is_some() {
-        return Err(Failure::setup(
-            "run: --gpu, --min-free and --timeline are not available yet",
-        ));
-    }
     let (program, rest) = args
         .command
         .split_first()
         .ok_or_else(|| Failure::setup("run: no command given"))?;
+    let command_text = args
+        .command
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let interval = g.interval.unwrap_or(RUN_INTERVAL);
+    let rt = runtime()?;
+    // The monitor: a source that cannot be opened is a note in the report, not a failure.
+    let mut note = None;
+    let sampler = match open_source(g, config, None).and_then(|source| {
+        Sampler::spawn(
+            source,
+            SamplerOptions {
+                interval,
+                slow_interval: config.sampling.slow_interval.max(interval),
+                host_interval: interval,
+            },
+        )
+        .map_err(|e| Failure::runtime(format!("cannot start the sampler thread: {e}")))
+    }) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            note = Some(e.message);
+            None
+        }
+    };
+    // The GPU for the job; only then does the job wait for the first sample.
+    let mut env = Vec::new();
+    let wants_gpu = args.gpu.is_some() || args.min_free.is_some();
+    let first = if wants_gpu {
+        sampler
+            .as_ref()
+            .and_then(|s| match first_frame(&rt, s, config) {
+                Ok(f) => Some(f),
+                Err(e) => {
+                    note = Some(e.message);
+                    None
+                }
+            })
+    } else {
+        None
+    };
+    if wants_gpu {
+        let Some(frame) = &first else {
+            return Err(Failure::setup(format!(
+                "run: --gpu/--min-free need to see the GPUs: {}",
+                note.as_deref().unwrap_or("no sample")
+            )));
+        };
+        let gpu = choose_gpu(&frame.sample, args.gpu.as_deref(), args.min_free)?;
+        eprintln!(
+            "gpuwatch: running on GPU {} ({}{})",
+            gpu.index,
+            gpu.uuid,
+            gpu.memory
+                .map(|m| format!(", {} free", crate::output::fmt_bytes(m.free)))
+                .unwrap_or_default()
+        );
+        env.push(("CUDA_VISIBLE_DEVICES".into(), gpu.uuid.clone().into()));
+        env.push(("CUDA_DEVICE_ORDER".into(), "PCI_BUS_ID".into()));
+    }
+    let env_value = |name: &str| -> Option<String> {
+        env.iter()
+            .find(|(k, _): &&(std::ffi::OsString, std::ffi::OsString)| k == name)
+            .map(|(_, v)| v.to_string_lossy().into_owned())
+            .or_else(|| std::env::var(name).ok())
+    };
+    let visible = env_value("CUDA_VISIBLE_DEVICES");
+    let order = env_value("CUDA_DEVICE_ORDER");
     let spec = ChildSpec {
         program: program.clone(),
         args: rest.to_vec(),
-        env: Vec::new(),
+        env,
     };
     let running = crate::run::child::spawn(&spec, TailLimits::default()).map_err(|e| Failure {
         code: if e.kind() == std::io::ErrorKind::NotFound {
@@ -758,10 +825,203 @@ fn run_job(_g: &GlobalArgs, _config: &Config, args: &RunArgs) -> Result<u8> {
         },
         message: e.to_string(),
     })?;
+    let child_pid = running.pid();
+    let monitor = sampler
+        .as_ref()
+        .map(|s| start_run_monitor(s, config, child_pid))
+        .transpose()?;
     let outcome = running
         .wait()
         .map_err(|e| Failure::runtime(format!("lost track of the job: {e}")))?;
+    let record = monitor.and_then(RunMonitor::finish);
+    drop(sampler);
+    let failed = outcome.exit_code() != 0;
+    let diagnosis = failed.then(|| {
+        let mut scanner = crate::triage::Scanner::new();
+        for line in &outcome.tail {
+            scanner.push_line(line);
+        }
+        let analysis = scanner.finish();
+        let argv: Vec<String> = args
+            .command
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        let batch = crate::triage::batch_size_from_args(&argv).map(|(b, _)| b);
+        let ctx = record.as_ref().map(|r| {
+            crate::run::report::context(r, child_pid, visible.clone(), order.clone(), batch)
+        });
+        crate::triage::diagnose(&analysis, ctx.as_ref())
+    });
+    if !args.quiet {
+        let mut text =
+            crate::run::report::render(&command_text, &outcome, record.as_ref(), note.as_deref());
+        if let Some(d) = &diagnosis {
+            text.push('\n');
+            text.push_str(&crate::triage::render_text(d));
+        }
+        eprint!("{text}");
+    }
+    if let Some(path) = &args.timeline {
+        let started = outcome
+            .started
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        let ended = outcome
+            .ended
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        let gpus = record
+            .as_ref()
+            .map(crate::run::monitor::RunRecord::job_gpus)
+            .unwrap_or_default();
+        let svg = crate::run::timeline::svg(
+            &command_text,
+            started,
+            &gpus,
+            &crate::run::timeline::Ending {
+                at: ended,
+                status: outcome.describe(),
+                cause: diagnosis.as_ref().map(|d| d.headline.clone()),
+                failed,
+            },
+        );
+        // The job's exit code is what matters: a timeline that cannot be written is reported.
+        if let Err(e) = std::fs::write(path, svg) {
+            eprintln!(
+                "gpuwatch: cannot write the timeline '{}': {e}",
+                path.display()
+            );
+        } else if !args.quiet {
+            eprintln!("gpuwatch: timeline written to {}", path.display());
+        }
+    }
     Ok(outcome.exit_code())
+}
+
+/// Sampling interval while a job runs (faster than the dashboard's: a job can fill a GPU in
+/// seconds).
+const RUN_INTERVAL: Duration = Duration::from_millis(250);
+
+/// `--gpu auto|N|UUID` (and `--min-free`) against the first sample.
+fn choose_gpu<'a>(
+    sample: &'a crate::model::Sample,
+    gpu: Option<&str>,
+    min_free: Option<u64>,
+) -> Result<&'a crate::model::GpuSample> {
+    let known = || {
+        sample
+            .gpus
+            .iter()
+            .map(|g| format!("{} ({})", g.index, g.uuid))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match gpu.map(str::trim) {
+        None | Some("auto") => crate::pick::pick(sample, min_free.unwrap_or(0), 1)
+            .map(|v| v[0])
+            .map_err(Failure::runtime),
+        Some(want) => {
+            let found = match want.parse::<u32>() {
+                Ok(i) => sample.gpus.iter().find(|g| g.index == i),
+                Err(_) => {
+                    let matches: Vec<_> = sample
+                        .gpus
+                        .iter()
+                        .filter(|g| g.uuid == want || g.uuid.starts_with(want))
+                        .collect();
+                    if matches.len() > 1 {
+                        return Err(Failure::setup(format!(
+                            "--gpu '{want}' matches {} GPUs; give more of the UUID",
+                            matches.len()
+                        )));
+                    }
+                    matches.first().copied()
+                }
+            };
+            let g = found.ok_or_else(|| {
+                Failure::setup(format!(
+                    "--gpu '{want}' is not a GPU here (expected auto, an index or a UUID; GPUs: {})",
+                    known()
+                ))
+            })?;
+            if let (Some(need), Some(m)) = (min_free, g.memory)
+                && m.free < need
+            {
+                return Err(Failure::runtime(format!(
+                    "GPU {} has {} free, less than --min-free {}",
+                    g.index,
+                    crate::output::fmt_bytes(m.free),
+                    crate::output::fmt_bytes(need)
+                )));
+            }
+            Ok(g)
+        }
+    }
+}
+
+/// The monitor thread of `run`: frames in, a [`crate::run::monitor::RunRecord`] out.
+struct RunMonitor {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: std::thread::JoinHandle<crate::run::monitor::RunRecord>,
+}
+
+impl RunMonitor {
+    fn finish(mut self) -> Option<crate::run::monitor::RunRecord> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        self.thread.join().ok()
+    }
+}
+
+fn start_run_monitor(sampler: &Sampler, config: &Config, child: u32) -> Result<RunMonitor> {
+    let mut frames = sampler.frames();
+    // Only frames taken after the job started.
+    frames.borrow_and_update();
+    let watch = WatchSet::new(vec![crate::watch::WatchSpec::Pid(child)], None);
+    let window = config.history.window;
+    let rules = config.detect.clone();
+    let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+    let started = now_secs();
+    let thread = std::thread::Builder::new()
+        .name("gpuwatch-run-monitor".into())
+        .spawn(move || {
+            let mut record = crate::run::monitor::RunRecord::new(
+                started,
+                window,
+                crate::detect::Detector::new(rules),
+            );
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return record;
+            };
+            rt.block_on(async {
+                loop {
+                    tokio::select! {
+                        _ = &mut stopped => break,
+                        changed = frames.changed() => {
+                            if changed.is_err() {
+                                break;
+                            }
+                            let frame = frames.borrow_and_update().clone();
+                            if let Some(frame) = frame {
+                                let job = watch.pids_in(&frame.sample, &crate::source::procinfo::read_ppid);
+                                record.observe(&frame, &job);
+                            }
+                        }
+                    }
+                }
+            });
+            record
+        })
+        .map_err(|e| Failure::runtime(format!("cannot start the monitor thread: {e}")))?;
+    Ok(RunMonitor {
+        stop: Some(stop),
+        thread,
+    })
 }
 
 fn write_stdout(text: &str) -> Result<()> {

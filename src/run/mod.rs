@@ -3,7 +3,10 @@
 //! diagnosis.
 
 pub mod child;
+pub mod monitor;
+pub mod report;
 pub mod tail;
+pub mod timeline;
 
 pub use child::{ChildSpec, Exit, Outcome, Running, signal_name, spawn};
 pub use tail::{Stream, Tail, TailLimits};

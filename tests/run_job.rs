@@ -1,0 +1,194 @@
+//! End to end: `gpuwatch run` on the NVML test double. The job is a small shell script that
+//! takes GPU memory (it appends itself to the scenario file, which the double reloads), then
+//! prints a real-format PyTorch OOM message and exits 1, as a training script would. The
+//! report must name what the monitor saw and the diagnosis must pick the right case.
+
+mod common;
+
+use std::process::Output;
+
+use common::{ScenarioFile, Sleeper, gpuwatch_cmd, stderr};
+
+const H200: &str = "memory_total = \"143771MiB\"\nmemory_reserved = \"0\"\n";
+
+/// A job script: joins the GPU the scenario's last `[[gpu]]` describes with `used` bytes,
+/// waits for gpuwatch to see it, prints `message` on stderr and exits 1.
+fn oom_job(dir: &std::path::Path, used: &str, message: &str) -> std::path::PathBuf {
+    let path = dir.join("job.sh");
+    std::fs::write(
+        &path,
+        format!(
+            r#"printf '[[gpu.process]]\npid = %s\nused = "{used}"\n' $$ >> "$FAKE_NVML_SCENARIO"
+echo "epoch 1: loss 2.31"
+sleep 1.5
+echo 'Traceback (most recent call last):' >&2
+echo '  File "train.py", line 42, in <module>' >&2
+echo '    loss = model(batch).sum()' >&2
+echo '{message}' >&2
+exit 1
+"#
+        ),
+    )
+    .expect("job script");
+    path
+}
+
+fn run(sc: &ScenarioFile, extra: &[&str], job: &std::path::Path, job_args: &[&str]) -> Output {
+    gpuwatch_cmd(sc)
+        .args(["--interval", "100ms", "run"])
+        .args(extra)
+        .arg("--")
+        .arg("sh")
+        .arg(job)
+        .args(job_args)
+        .output()
+        .expect("gpuwatch runs")
+}
+
+#[test]
+fn another_process_took_the_memory() {
+    let intruder = Sleeper::spawn();
+    let sc = ScenarioFile::new(&format!(
+        "[[gpu]]\n{H200}\n[[gpu]]\n{H200}[[gpu.process]]\npid = {}\nused = \"50GiB\"\n",
+        intruder.pid()
+    ));
+    let message = format!(
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 30.00 GiB. GPU 0 has a total capacity of 139.80 GiB of which 18.26 GiB is free. Process {} has 50.00 GiB memory in use. Including non-PyTorch memory, this process has 70.51 GiB memory in use. Of the allocated memory 70.00 GiB is allocated by PyTorch, and 0 bytes is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.",
+        intruder.pid()
+    );
+    let job = oom_job(sc.dir.path(), "70GiB", &message);
+    // The job runs on GPU 1 (where the intruder is): CUDA's device 0 is NVML's GPU 1.
+    let out = run(&sc, &["--gpu", "1"], &job, &[]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "the job's exit code: {err}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("epoch 1: loss 2.31"),
+        "output passed through"
+    );
+    assert!(err.contains("exit code 1"), "{err}");
+    // What the monitor saw: the job's peak on GPU 1 and the intruder with its memory.
+    assert!(err.contains("GPU 1"), "{err}");
+    assert!(err.contains("job peak       70.0GiB"), "{err}");
+    assert!(
+        err.contains(&format!("pid {} ", intruder.pid())) && err.contains("50.0GiB"),
+        "{err}"
+    );
+    // The diagnosis: external pressure, naming the intruder, and GPU 0 has room.
+    let diagnosis = err.split_once("\n\n").map_or("", |(_, d)| d);
+    assert!(diagnosis.to_lowercase().contains("another process") || diagnosis.to_lowercase().contains("other process"), "{diagnosis}");
+    assert!(diagnosis.contains(&intruder.pid().to_string()), "{diagnosis}");
+    assert!(diagnosis.contains("GPU 0"), "a GPU with room: {diagnosis}");
+    assert!(!diagnosis.contains("expandable_segments:True\n"), "{diagnosis}");
+}
+
+#[test]
+fn fragmentation_gets_the_allocator_setting_first() {
+    let sc = ScenarioFile::new(&format!("[[gpu]]\n{H200}"));
+    let message = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1024.00 MiB. GPU 0 has a total capacity of 139.80 GiB of which 293.12 MiB is free. Including non-PyTorch memory, this process has 139.51 GiB memory in use. Of the allocated memory 81.45 GiB is allocated by PyTorch, and 57.55 GiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.";
+    let job = oom_job(sc.dir.path(), "139GiB", message);
+    let out = run(&sc, &[], &job, &[]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("job peak       139.0GiB"), "{err}");
+    let diagnosis = err.split_once("\n\n").map_or("", |(_, d)| d);
+    assert!(diagnosis.to_lowercase().contains("fragment"), "{diagnosis}");
+    let first_fix = diagnosis
+        .find("1.")
+        .map(|i| &diagnosis[i..])
+        .unwrap_or(diagnosis);
+    assert!(
+        first_fix[..first_fix.len().min(400)].contains("expandable_segments"),
+        "the first fix: {diagnosis}"
+    );
+    assert!(diagnosis.contains("PYTORCH_CUDA_ALLOC_CONF"), "the older alias: {diagnosis}");
+}
+
+#[test]
+fn a_batch_too_large_gets_a_smaller_batch_size() {
+    let sc = ScenarioFile::new(&format!("[[gpu]]\n{H200}"));
+    let message = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 60.00 GiB. GPU 0 has a total capacity of 139.80 GiB of which 39.29 GiB is free. Including non-PyTorch memory, this process has 100.51 GiB memory in use. Of the allocated memory 100.00 GiB is allocated by PyTorch, and 0 bytes is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.";
+    let job = oom_job(sc.dir.path(), "100GiB", message);
+    let svg = sc.dir.path().join("timeline.svg");
+    let svg_arg = svg.to_string_lossy().into_owned();
+    let out = run(
+        &sc,
+        &["--timeline", &svg_arg],
+        &job,
+        &["--batch-size", "64"],
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let diagnosis = err.split_once("\n\n").map_or("", |(_, d)| d);
+    assert!(diagnosis.contains("batch"), "{diagnosis}");
+    // 100 GiB in use plus 60 GiB asked on a 139.8 GiB GPU: a batch of 64 needs ~160 GiB, so
+    // a smaller one is suggested (and the allocator setting is not: nothing is fragmented).
+    let suggested: Vec<u64> = diagnosis
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|w| w.parse().ok())
+        .filter(|n| (8..64).contains(n))
+        .collect();
+    assert!(!suggested.is_empty(), "a batch size under 64: {diagnosis}");
+    assert!(!diagnosis.contains("PYTORCH_ALLOC_CONF=expandable_segments"), "{diagnosis}");
+    // The timeline: written, with the failure marked.
+    let text = std::fs::read_to_string(&svg).expect("timeline written");
+    assert!(text.starts_with("<svg"));
+    assert!(text.contains("failed here"));
+    assert!(text.contains("job peak 100 GiB"), "{text}");
+}
+
+#[test]
+fn gpu_auto_picks_the_emptiest_gpu_by_uuid() {
+    let sc = ScenarioFile::new(&format!(
+        "[[gpu]]\n{H200}base_used = \"100GiB\"\n[[gpu]]\n{H200}base_used = \"10GiB\"\n"
+    ));
+    let out = gpuwatch_cmd(&sc)
+        .args(["run", "--gpu", "auto", "--", "sh", "-c"])
+        .arg("echo \"$CUDA_VISIBLE_DEVICES $CUDA_DEVICE_ORDER\"")
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let seen = String::from_utf8_lossy(&out.stdout);
+    let snapshot = gpuwatch_cmd(&sc)
+        .args(["snapshot", "--json"])
+        .output()
+        .expect("snapshot");
+    let json: serde_json::Value = serde_json::from_slice(&snapshot.stdout).expect("json");
+    let uuid1 = json["gpus"][1]["uuid"].as_str().expect("uuid");
+    assert_eq!(seen.trim(), format!("{uuid1} PCI_BUS_ID"));
+    assert!(stderr(&out).contains("running on GPU 1"));
+    // Not enough free anywhere: the job does not start.
+    let none = gpuwatch_cmd(&sc)
+        .args(["run", "--min-free", "200GiB", "--", "sh", "-c", "echo started"])
+        .output()
+        .expect("runs");
+    assert_ne!(none.status.code(), Some(0));
+    assert!(!String::from_utf8_lossy(&none.stdout).contains("started"));
+    assert!(stderr(&none).contains("no GPU has 200"), "{}", stderr(&none));
+    let bad = gpuwatch_cmd(&sc)
+        .args(["run", "--gpu", "7", "--", "true"])
+        .output()
+        .expect("runs");
+    common::fails_with(&bad, 2, "is not a GPU here");
+}
+
+#[test]
+fn without_a_driver_the_job_still_runs_and_the_report_says_why() {
+    let sc = ScenarioFile::new(&format!("[[gpu]]\n{H200}"));
+    let out = gpuwatch_cmd(&sc)
+        .env("GPUWATCH_NVML_LIB", sc.dir.path().join("no-such-libnvidia-ml.so"))
+        .args(["run", "--", "sh", "-c", "echo working; exit 3"])
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(3));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "working\n");
+    let err = stderr(&out);
+    assert!(err.contains("GPUs not watched"), "{err}");
+    assert!(err.contains("exit code 3"), "{err}");
+    // --quiet: nothing but the job's own output.
+    let quiet = gpuwatch_cmd(&sc)
+        .args(["run", "--quiet", "--", "sh", "-c", "echo working"])
+        .output()
+        .expect("runs");
+    assert_eq!(quiet.status.code(), Some(0));
+    assert_eq!(stderr(&quiet), "");
+}

@@ -110,7 +110,8 @@ static PREFILTER: LazyLock<Regex> = LazyLock::new(|| {
         r"driver|cuda|no kernel image|ECC|ordinal|scalar type|index out of range|",
         r"allocator|can't allocate|not enough memory|killed by signal|shared memory|bus error|",
         r"state_dict|incompatible|hip|resource exhausted|attempting to allocate|",
-        r"failed to allocate|dtype)"
+        r"failed to allocate|dtype|cudnn|cublas|is on (?:cpu|gpu|cuda)|expected it to be on|",
+        r"map_location|key\(s\)|hidden size|input_size|running_mean|out of bounds)"
     ))
 });
 

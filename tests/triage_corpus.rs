@@ -1,0 +1,679 @@
+//! The triage corpus: one error text per file under `tests/fixtures/triage/`, each with its
+//! expected class and every fact asserted exactly. Files ending in `-real.txt` are verbatim
+//! output recorded on an H200 with PyTorch 2.11 / JAX (`../shared/data/h200/`); the others are
+//! written from the wordings PyTorch 1.x–2.x, TensorFlow, JAX, ROCm, MPS and `CuPy` print.
+
+use std::path::Path;
+
+use gpuwatch::triage::{
+    Analysis, DeviceFacts, Failure, Framework, KnownFailure, OomFacts, ShapeFacts, ShapeKind,
+    analyze,
+};
+
+const KI: u64 = 1 << 10;
+const MI: u64 = 1 << 20;
+const GI: u64 = 1 << 30;
+
+/// A size printed with two decimals: `sz(5755, GI)` = 57.55 GiB, rounded to the byte.
+fn sz(hundredths: u64, unit: u64) -> u64 {
+    (hundredths * unit + 50) / 100
+}
+
+fn text(name: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/triage")
+        .join(name);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn run(name: &str) -> Analysis {
+    analyze(&text(name))
+}
+
+fn oom(name: &str) -> OomFacts {
+    match run(name).failure {
+        Failure::OutOfMemory(f) => f,
+        other => panic!("{name}: expected OutOfMemory, got {other:?}"),
+    }
+}
+
+fn device(name: &str) -> DeviceFacts {
+    match run(name).failure {
+        Failure::DeviceMismatch(f) => f,
+        other => panic!("{name}: expected DeviceMismatch, got {other:?}"),
+    }
+}
+
+fn shape(name: &str) -> ShapeFacts {
+    match run(name).failure {
+        Failure::ShapeMismatch(f) => f,
+        other => panic!("{name}: expected ShapeMismatch, got {other:?}"),
+    }
+}
+
+fn known(name: &str) -> (KnownFailure, String) {
+    match run(name).failure {
+        Failure::Known(k, line) => (k, line),
+        other => panic!("{name}: expected Known, got {other:?}"),
+    }
+}
+
+fn facts(framework: Framework) -> OomFacts {
+    OomFacts {
+        framework,
+        gpu: None,
+        requested: None,
+        total: None,
+        free: None,
+        allocated: None,
+        reserved: None,
+        reserved_unallocated: None,
+        process_total: None,
+        processes: vec![],
+        allowed: None,
+    }
+}
+
+fn dev(devices: &[&str], argument: Option<&str>, operator: Option<&str>) -> DeviceFacts {
+    DeviceFacts {
+        devices: devices.iter().map(ToString::to_string).collect(),
+        argument: argument.map(ToString::to_string),
+        operator: operator.map(ToString::to_string),
+    }
+}
+
+fn shp(kind: ShapeKind, shapes: &[&str], dims: &[u64], dim: Option<i64>) -> ShapeFacts {
+    ShapeFacts {
+        kind,
+        shapes: shapes.iter().map(ToString::to_string).collect(),
+        parameter: None,
+        dims: dims.to_vec(),
+        dim,
+    }
+}
+
+// ---- PyTorch OOM, every wording ---------------------------------------------------------
+
+#[test]
+fn oom_torch_2_11_plain_real() {
+    let a = run("oom-torch-2.11-plain-real.txt");
+    let Failure::OutOfMemory(f) = &a.failure else { panic!("{a:?}") };
+    let allocated = 100 * GI;
+    assert_eq!(
+        *f,
+        OomFacts {
+            gpu: Some(0),
+            requested: Some(60 * GI),
+            total: Some(sz(13980, GI)),
+            free: Some(sz(3929, GI)),
+            allocated: Some(allocated),
+            reserved: Some(allocated),
+            reserved_unallocated: Some(0),
+            process_total: Some(sz(10051, GI)),
+            ..facts(Framework::PyTorch)
+        }
+    );
+    assert_eq!(a.traceback_hint.as_deref(), Some("File \"<string>\", line 1, in <module>"));
+    assert_eq!(a.excerpt.len(), 1);
+    assert!(a.excerpt[0].starts_with("torch.OutOfMemoryError: CUDA out of memory."));
+}
+
+#[test]
+fn oom_torch_2_11_others_real() {
+    assert_eq!(
+        oom("oom-torch-2.11-others-real.txt"),
+        OomFacts {
+            gpu: Some(0),
+            requested: Some(30 * GI),
+            total: Some(sz(13980, GI)),
+            free: Some(sz(1826, GI)),
+            allocated: Some(70 * GI),
+            reserved: Some(70 * GI),
+            reserved_unallocated: Some(0),
+            process_total: Some(sz(7051, GI)),
+            processes: vec![(902, sz(2051, GI)), (901, sz(3051, GI))],
+            ..facts(Framework::PyTorch)
+        }
+    );
+}
+
+#[test]
+fn oom_torch_2_11_leak_real() {
+    let a = run("oom-torch-2.11-leak-real.txt");
+    let Failure::OutOfMemory(f) = &a.failure else { panic!("{a:?}") };
+    let allocated = sz(11956, GI);
+    let unallocated = sz(22487, MI);
+    assert_eq!(
+        *f,
+        OomFacts {
+            gpu: Some(0),
+            requested: Some(256 * MI),
+            total: Some(sz(13980, GI)),
+            free: Some(sz(594, MI)),
+            allocated: Some(allocated),
+            reserved: Some(allocated + unallocated),
+            reserved_unallocated: Some(unallocated),
+            process_total: Some(sz(12051, GI)),
+            processes: vec![(1014, sz(651, GI)), (1030, sz(1276, GI))],
+            ..facts(Framework::PyTorch)
+        }
+    );
+    assert_eq!(a.traceback_hint.as_deref(), Some("File \"<string>\", line 33, in <module>"));
+}
+
+#[test]
+fn oom_torch_2_11_fragmentation_real() {
+    let allocated = sz(8145, GI);
+    let unallocated = sz(5755, GI);
+    assert_eq!(unallocated, 61_793_841_971);
+    assert_eq!(
+        oom("oom-torch-2.11-fragmentation-real.txt"),
+        OomFacts {
+            gpu: Some(0),
+            requested: Some(1024 * MI),
+            total: Some(sz(13980, GI)),
+            free: Some(sz(29312, MI)),
+            allocated: Some(allocated),
+            reserved: Some(allocated + unallocated),
+            reserved_unallocated: Some(unallocated),
+            process_total: Some(sz(13951, GI)),
+            ..facts(Framework::PyTorch)
+        }
+    );
+}
+
+#[test]
+fn oom_torch_2_11_expandable_real() {
+    assert_eq!(
+        oom("oom-torch-2.11-expandable-real.txt"),
+        OomFacts {
+            gpu: Some(0),
+            requested: Some(1024 * MI),
+            total: Some(sz(13980, GI)),
+            free: Some(sz(101, GI)),
+            allocated: Some(sz(13828, GI)),
+            reserved: Some(sz(13828, GI)),
+            reserved_unallocated: Some(0),
+            process_total: Some(sz(13879, GI)),
+            ..facts(Framework::PyTorch)
+        }
+    );
+}
+
+#[test]
+fn oom_torch_1x_cached() {
+    // PyTorch 1.0–1.3 said "cached" for what later became "reserved in total by PyTorch".
+    assert_eq!(
+        oom("oom-torch-1.x-cached.txt"),
+        OomFacts {
+            gpu: Some(0),
+            requested: Some(sz(1250, MI)),
+            total: Some(sz(1092, GI)),
+            free: Some(sz(928, GI)),
+            allocated: Some(sz(857, MI)),
+            reserved: Some(sz(468, MI)),
+            reserved_unallocated: Some(0),
+            ..facts(Framework::PyTorch)
+        }
+    );
+}
+
+#[test]
+fn oom_torch_1x_reserved() {
+    assert_eq!(
+        oom("oom-torch-1.x-reserved.txt"),
+        OomFacts {
+            gpu: Some(0),
+            requested: Some(20 * MI),
+            total: Some(2 * GI),
+            free: Some(0),
+            allocated: Some(sz(110, GI)),
+            reserved: Some(sz(114, GI)),
+            reserved_unallocated: Some(sz(114, GI) - sz(110, GI)),
+            ..facts(Framework::PyTorch)
+        }
+    );
+}
+
+#[test]
+fn oom_torch_1x_allowed() {
+    assert_eq!(
+        oom("oom-torch-1.x-allowed.txt"),
+        OomFacts {
+            gpu: Some(0),
+            requested: Some(64 * MI),
+            total: Some(4 * GI),
+            free: Some(0),
+            allocated: Some(sz(220, GI)),
+            reserved: Some(sz(226, GI)),
+            reserved_unallocated: Some(sz(226, GI) - sz(220, GI)),
+            allowed: Some(sz(221, GI)),
+            ..facts(Framework::PyTorch)
+        }
+    );
+}
+
+#[test]
+fn oom_torch_2_0_outofmemoryerror() {
+    assert_eq!(
+        oom("oom-torch-2.0-outofmemoryerror.txt"),
+        OomFacts {
+            gpu: Some(1),
+            requested: Some(sz(150, GI)),
+            total: Some(sz(2369, GI)),
+            free: Some(sz(106, GI)),
+            allocated: Some(sz(2043, GI)),
+            reserved: Some(sz(2173, GI)),
+            reserved_unallocated: Some(sz(2173, GI) - sz(2043, GI)),
+            ..facts(Framework::PyTorch)
+        }
+    );
+}
+
+#[test]
+fn oom_torch_2_1_capacty_typo_container() {
+    // 2.1 misspelt "capacty"; in a container the process itself is listed as "Process N".
+    let allocated = sz(7752, GI);
+    assert_eq!(
+        oom("oom-torch-2.1-container.txt"),
+        OomFacts {
+            gpu: Some(0),
+            requested: Some(172 * MI),
+            total: Some(sz(7915, GI)),
+            free: Some(sz(925, MI)),
+            allocated: Some(allocated),
+            reserved: Some(allocated + sz(110, GI)),
+            reserved_unallocated: Some(sz(110, GI)),
+            processes: vec![(2315, sz(7913, GI))],
+            ..facts(Framework::PyTorch)
+        }
+    );
+}
+
+#[test]
+fn oom_torch_2_1_including() {
+    let allocated = sz(1395, GI);
+    assert_eq!(
+        oom("oom-torch-2.1-including.txt"),
+        OomFacts {
+            gpu: Some(0),
+            requested: Some(20 * MI),
+            total: Some(sz(1475, GI)),
+            free: Some(sz(306, MI)),
+            allocated: Some(allocated),
+            reserved: Some(allocated + sz(65993, MI)),
+            reserved_unallocated: Some(sz(65993, MI)),
+            process_total: Some(sz(1474, GI)),
+            ..facts(Framework::PyTorch)
+        }
+    );
+}
+
+#[test]
+fn oom_torch_private_pools() {
+    let allocated = sz(7412, GI);
+    assert_eq!(
+        oom("oom-torch-private-pools.txt"),
+        OomFacts {
+            gpu: Some(3),
+            requested: Some(2 * GI),
+            total: Some(sz(7910, GI)),
+            free: Some(sz(123, GI)),
+            allocated: Some(allocated),
+            reserved: Some(allocated + sz(224, GI)),
+            reserved_unallocated: Some(sz(224, GI)),
+            process_total: Some(sz(7786, GI)),
+            ..facts(Framework::PyTorch)
+        }
+    );
+}
+
+#[test]
+fn oom_wrapped_ansi_crlf() {
+    // A logger wrapped the message over four lines, with colour codes and CRLF endings.
+    let a = run("oom-wrapped-ansi-crlf.txt");
+    let Failure::OutOfMemory(f) = &a.failure else { panic!("{a:?}") };
+    let allocated = sz(6050, GI);
+    assert_eq!(
+        *f,
+        OomFacts {
+            gpu: Some(0),
+            requested: Some(4 * GI),
+            total: Some(sz(7919, GI)),
+            free: Some(sz(281, GI)),
+            allocated: Some(allocated),
+            reserved: Some(allocated + sz(325, GI)),
+            reserved_unallocated: Some(sz(325, GI)),
+            process_total: Some(sz(6437, GI)),
+            processes: vec![(4242, 12 * GI)],
+            ..facts(Framework::PyTorch)
+        }
+    );
+    assert_eq!(
+        a.traceback_hint.as_deref(),
+        Some("File \"/home/u/proj/train.py\", line 77, in train_step")
+    );
+    assert!(a.excerpt.iter().all(|l| !l.contains('\x1b') && !l.contains('\r')));
+    assert_eq!(a.excerpt.len(), 4);
+}
+
+#[test]
+fn oom_bare_cuda_error() {
+    let a = run("oom-cuda-error-bare.txt");
+    assert_eq!(a.failure, Failure::OutOfMemory(facts(Framework::PyTorch)));
+    assert_eq!(a.excerpt, vec!["RuntimeError: CUDA error: out of memory".to_string()]);
+}
+
+#[test]
+fn oom_cublas_and_cudnn() {
+    assert_eq!(oom("oom-cublas-alloc-failed.txt"), facts(Framework::Cublas));
+    assert_eq!(oom("oom-cudnn-not-allocated.txt"), facts(Framework::Cudnn));
+}
+
+#[test]
+fn oom_chained_picks_the_original() {
+    let a = run("oom-chained.txt");
+    let Failure::OutOfMemory(f) = &a.failure else { panic!("{a:?}") };
+    assert_eq!(f.requested, Some(8 * GI));
+    assert_eq!(f.total, Some(sz(2364, GI)));
+    assert_eq!(f.free, Some(sz(612, GI)));
+    assert_eq!(f.process_total, Some(sz(1751, GI)));
+    assert_eq!(f.allocated, Some(sz(1690, GI)));
+    assert_eq!(f.reserved_unallocated, Some(sz(14521, MI)));
+    assert_eq!(a.traceback_hint.as_deref(), Some("File \"bench.py\", line 9, in run"));
+}
+
+#[test]
+fn oom_torchrun_beats_the_watchdog_and_child_failed() {
+    let a = run("oom-torchrun-then-timeout.txt");
+    let Failure::OutOfMemory(f) = &a.failure else { panic!("{a:?}") };
+    let allocated = sz(3791, GI);
+    assert_eq!(
+        *f,
+        OomFacts {
+            gpu: Some(1),
+            requested: Some(512 * MI),
+            total: Some(sz(3938, GI)),
+            free: Some(sz(30138, MI)),
+            allocated: Some(allocated),
+            reserved: Some(allocated + sz(63332, MI)),
+            reserved_unallocated: Some(sz(63332, MI)),
+            process_total: Some(sz(3907, GI)),
+            ..facts(Framework::PyTorch)
+        }
+    );
+}
+
+// ---- other frameworks ------------------------------------------------------------------
+
+#[test]
+fn oom_jax_real() {
+    let a = run("oom-jax-real.txt");
+    assert_eq!(
+        a.failure,
+        Failure::OutOfMemory(OomFacts {
+            gpu: Some(0),
+            requested: Some(322_122_547_200),
+            ..facts(Framework::Jax)
+        })
+    );
+    assert!(a.excerpt[0].starts_with("jax.errors.JaxRuntimeError: RESOURCE_EXHAUSTED"));
+}
+
+#[test]
+fn oom_jax_variants() {
+    assert_eq!(
+        oom("oom-jax-request-bytes.txt"),
+        OomFacts {
+            gpu: Some(1),
+            requested: Some(3_221_225_472),
+            ..facts(Framework::Jax)
+        }
+    );
+    assert_eq!(
+        oom("oom-jax-old.txt"),
+        OomFacts {
+            requested: Some(sz(250, GI)),
+            ..facts(Framework::Jax)
+        }
+    );
+}
+
+#[test]
+fn oom_tensorflow() {
+    // shape[32,1024,1024] float = 32 × 1024 × 1024 × 4 bytes.
+    assert_eq!(
+        oom("oom-tf-shape.txt"),
+        OomFacts {
+            gpu: Some(0),
+            requested: Some(32 * 1024 * 1024 * 4),
+            ..facts(Framework::TensorFlow)
+        }
+    );
+    // The BFC allocator's statistics fill the limit and what was in use.
+    assert_eq!(
+        oom("oom-tf-bfc-stats.txt"),
+        OomFacts {
+            gpu: Some(0),
+            requested: Some(1_258_291_200),
+            total: Some(10_508_668_928),
+            allocated: Some(9_873_321_984),
+            ..facts(Framework::TensorFlow)
+        }
+    );
+    assert_eq!(
+        oom("oom-tf-cuda-driver.txt"),
+        OomFacts {
+            requested: Some(4_046_333_952),
+            ..facts(Framework::TensorFlow)
+        }
+    );
+}
+
+#[test]
+fn oom_rocm_mps_cupy() {
+    let allocated = sz(6012, GI);
+    assert_eq!(
+        oom("oom-rocm.txt"),
+        OomFacts {
+            gpu: Some(0),
+            requested: Some(2 * GI),
+            total: Some(sz(6398, GI)),
+            free: Some(sz(105, GI)),
+            allocated: Some(allocated),
+            reserved: Some(allocated + sz(131, GI)),
+            reserved_unallocated: Some(sz(131, GI)),
+            ..facts(Framework::Rocm)
+        }
+    );
+    assert_eq!(
+        oom("oom-rocm-old.txt"),
+        OomFacts {
+            gpu: Some(0),
+            requested: Some(2 * MI),
+            total: Some(sz(1598, GI)),
+            free: Some(0),
+            allocated: Some(sz(1577, GI)),
+            reserved: Some(sz(1585, GI)),
+            reserved_unallocated: Some(sz(1585, GI) - sz(1577, GI)),
+            ..facts(Framework::Rocm)
+        }
+    );
+    // MPS prints binary sizes labelled GB/MB/KB.
+    assert_eq!(
+        oom("oom-mps.txt"),
+        OomFacts {
+            requested: Some(1024 * KI),
+            total: Some(sz(1813, GI)),
+            allocated: Some(sz(1811, GI)),
+            ..facts(Framework::Mps)
+        }
+    );
+    assert_eq!(
+        oom("oom-cupy.txt"),
+        OomFacts {
+            requested: Some(1_073_741_824),
+            allocated: Some(4_294_967_296),
+            ..facts(Framework::Other)
+        }
+    );
+}
+
+// ---- device mismatch -------------------------------------------------------------------
+
+#[test]
+fn device_real() {
+    assert_eq!(device("device-add-real.txt"), dev(&["cuda:0", "cpu"], None, None));
+    assert_eq!(
+        device("device-linear-real.txt"),
+        dev(&["cpu", "cuda:0"], Some("mat1"), Some("wrapper_CUDA_addmm"))
+    );
+    assert_eq!(
+        device("device-index-real.txt"),
+        dev(&["cpu", "cuda:0"], Some("index"), Some("wrapper_CUDA__index_select"))
+    );
+    assert_eq!(
+        device("device-loss-target-real.txt"),
+        dev(&["cpu", "cuda:0"], Some("target"), Some("wrapper_CUDA_nll_loss_forward"))
+    );
+}
+
+#[test]
+fn device_older_wordings() {
+    assert_eq!(
+        device("device-input-type.txt"),
+        dev(&["cuda", "cpu"], Some("weight"), None)
+    );
+    assert_eq!(
+        device("device-two-cuda-old.txt"),
+        dev(&["cuda:1", "cuda:0"], Some("mat1"), Some("wrapper_addmm"))
+    );
+    assert_eq!(
+        device("device-object-type-old.txt"),
+        dev(&["cuda", "cpu"], Some("self"), Some("_th_addmm"))
+    );
+    assert_eq!(device("device-rnn-hidden.txt"), dev(&["cuda:0", "cpu"], Some("hidden"), None));
+    assert_eq!(
+        device("device-while-checking.txt"),
+        dev(&["cpu", "cuda"], Some("mat1"), Some("addmm"))
+    );
+}
+
+// ---- shape mismatch --------------------------------------------------------------------
+
+#[test]
+fn shape_real() {
+    use ShapeKind as K;
+    assert_eq!(shape("shape-matmul-real.txt"), shp(K::Matmul, &["64x256", "512x10"], &[256, 512], None));
+    assert_eq!(shape("shape-batch-real.txt"), shp(K::BatchSize, &[], &[64, 32], None));
+    assert_eq!(shape("shape-cat-real.txt"), shp(K::Cat, &[], &[3, 4], None));
+    assert_eq!(shape("shape-broadcast-real.txt"), shp(K::Broadcast, &[], &[5, 6], Some(1)));
+    assert_eq!(shape("shape-view-real.txt"), shp(K::View, &["[3, 7]"], &[20], None));
+    assert_eq!(
+        shape("shape-conv-channels-real.txt"),
+        shp(K::ConvChannels, &["[8, 3, 3, 3]", "[1, 1, 8, 8]"], &[3, 1], None)
+    );
+}
+
+#[test]
+fn shape_wordings() {
+    use ShapeKind as K;
+    assert_eq!(
+        shape("shape-matmul.txt"),
+        shp(K::Matmul, &["64x9216", "4608x128"], &[9216, 4608], None)
+    );
+    assert_eq!(
+        shape("shape-matmul-old.txt"),
+        shp(K::Matmul, &["64x9216", "4608x128"], &[9216, 4608], None)
+    );
+    assert_eq!(shape("shape-batch.txt"), shp(K::BatchSize, &[], &[32, 64], None));
+    assert_eq!(shape("shape-cat.txt"), shp(K::Cat, &[], &[3, 4], None));
+    assert_eq!(shape("shape-cat-old.txt"), shp(K::Cat, &[], &[3, 4], Some(1)));
+    assert_eq!(shape("shape-broadcast.txt"), shp(K::Broadcast, &[], &[3, 4], Some(1)));
+    assert_eq!(shape("shape-view.txt"), shp(K::View, &["[-1, 400]"], &[1000], None));
+    assert_eq!(shape("shape-view-stride.txt"), shp(K::View, &[], &[], None));
+    assert_eq!(
+        shape("shape-conv-channels.txt"),
+        shp(K::ConvChannels, &["[64, 3, 7, 7]", "[1, 4, 224, 224]"], &[3, 4], None)
+    );
+    assert_eq!(
+        shape("shape-stack.txt"),
+        shp(K::Cat, &["[3, 224, 224]", "[1, 224, 224]"], &[], None)
+    );
+    assert_eq!(
+        shape("shape-conv-rank.txt"),
+        shp(K::ConvRank, &["[64, 1, 1, 28, 28]"], &[3, 4], None)
+    );
+    let mut sd = shp(K::StateDict, &["[10, 512]", "[1000, 512]"], &[], None);
+    sd.parameter = Some("fc.weight".to_string());
+    assert_eq!(shape("shape-state-dict.txt"), sd);
+}
+
+// ---- known failures --------------------------------------------------------------------
+
+#[test]
+fn known_failures() {
+    use KnownFailure as K;
+    let cases = [
+        ("known-illegal-memory-access.txt", K::IllegalMemoryAccess),
+        ("known-nccl-error.txt", K::NcclError),
+        ("known-nccl-timeout.txt", K::NcclTimeout),
+        ("known-no-driver.txt", K::NoGpu),
+        ("known-no-gpus.txt", K::NoGpu),
+        ("known-driver-too-old.txt", K::DriverTooOld),
+        ("known-no-kernel-image.txt", K::NoKernelImage),
+        ("known-ecc.txt", K::EccError),
+        ("known-cudnn-internal.txt", K::CudnnError),
+        ("known-dtype.txt", K::DtypeMismatch),
+        ("known-host-oom.txt", K::HostOutOfMemory),
+    ];
+    for (name, kind) in cases {
+        let (k, line) = known(name);
+        assert_eq!(k, kind, "{name}");
+        assert_eq!(line, text(name).lines().next().unwrap_or_default().trim(), "{name}");
+    }
+}
+
+#[test]
+fn device_side_assert_beats_the_later_illegal_access() {
+    let a = run("known-device-assert.txt");
+    assert_eq!(
+        a.failure,
+        Failure::Known(
+            KnownFailure::DeviceSideAssert,
+            "RuntimeError: CUDA error: device-side assert triggered".to_string()
+        )
+    );
+    assert_eq!(
+        a.assertion.as_deref(),
+        Some(
+            "../aten/src/ATen/native/cuda/Loss.cu:240: nll_loss_forward_reduce_cuda_kernel_2d: \
+             block: [0,0,0], thread: [5,0,0] Assertion `t >= 0 && t < n_classes` failed."
+        )
+    );
+    assert_eq!(a.traceback_hint.as_deref(), Some("File \"train.py\", line 55, in <module>"));
+}
+
+#[test]
+fn unknown_is_a_logic_bug_with_its_frame() {
+    let a = run("unknown-keyerror.txt");
+    assert_eq!(a.failure, Failure::Unknown);
+    assert_eq!(a.excerpt, vec!["KeyError: 'label'".to_string()]);
+    assert_eq!(
+        a.traceback_hint.as_deref(),
+        Some("File \"/home/u/proj/data.py\", line 10, in __getitem__")
+    );
+}
+
+#[test]
+fn every_fixture_is_asserted() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/triage");
+    let this = include_str!("triage_corpus.rs");
+    let mut count = 0;
+    for entry in std::fs::read_dir(dir).expect("fixtures dir") {
+        let name = entry.expect("entry").file_name().to_string_lossy().into_owned();
+        assert!(this.contains(&format!("\"{name}\"")), "{name} is not asserted");
+        count += 1;
+    }
+    assert!(count >= 40, "only {count} fixtures");
+}

@@ -677,3 +677,332 @@ fn every_fixture_is_asserted() {
     }
     assert!(count >= 40, "only {count} fixtures");
 }
+
+#[test]
+#[ignore = "prints diagnoses; run by hand"]
+fn dump_diagnoses() {
+    for name in [
+        "oom-torch-2.11-others-real.txt",
+        "oom-torch-2.11-fragmentation-real.txt",
+        "oom-torch-2.11-leak-real.txt",
+        "oom-torch-2.11-plain-real.txt",
+        "oom-cuda-error-bare.txt",
+        "oom-torch-2.1-container.txt",
+        "device-linear-real.txt",
+        "shape-matmul.txt",
+        "known-device-assert.txt",
+        "unknown-keyerror.txt",
+    ] {
+        let d = gpuwatch::triage::diagnose(&run(name), None);
+        println!("==== {name} {:?}\n{}", d.case, gpuwatch::triage::render_text(&d));
+    }
+}
+
+// ---- diagnosis ------------------------------------------------------------------------
+
+use gpuwatch::triage::{Case, Context, GpuView, ProcView, Scanner, diagnose, render_text};
+
+fn proc(pid: u32, bytes: u64, user: &str, command: &str, is_job: bool) -> ProcView {
+    ProcView {
+        pid,
+        bytes,
+        user: Some(user.to_string()),
+        command: Some(command.to_string()),
+        is_job,
+    }
+}
+
+fn h200(index: u32, used: u64, processes: Vec<ProcView>) -> GpuView {
+    GpuView {
+        index,
+        uuid: format!("GPU-0000000{index}-1111-2222-3333-444444444444"),
+        pci_bus_id: Some(format!("00000000:{:02X}:00.0", 0x18 + index * 0x10)),
+        name: "NVIDIA H200".to_string(),
+        total: sz(13980, GI),
+        used,
+        processes,
+    }
+}
+
+fn all_fix_text(d: &gpuwatch::triage::Diagnosis) -> String {
+    d.fixes
+        .iter()
+        .map(|f| format!("{}\n{}\n", f.title, f.detail))
+        .collect()
+}
+
+#[test]
+fn diagnose_external_pressure_names_the_pid_and_the_gpu_with_room() {
+    let a = run("oom-torch-2.11-others-real.txt");
+    let ctx = Context {
+        job_pids: vec![941],
+        gpus: vec![
+            h200(
+                0,
+                sz(13980, GI) - sz(1826, GI),
+                vec![
+                    proc(941, sz(7051, GI), "me", "python train.py", true),
+                    proc(901, sz(3051, GI), "alice", "python hold.py --big", false),
+                    proc(902, sz(2051, GI), "bob", "python hold.py", false),
+                ],
+            ),
+            h200(1, 130 * GI, vec![]),
+            h200(2, 20 * GI, vec![]),
+        ],
+        ..Context::default()
+    };
+    let d = diagnose(&a, Some(&ctx));
+    assert_eq!(d.case, Case::ExternalPressure);
+    assert_eq!(d.nvml_gpu, Some(0));
+    assert!(d.headline.contains("pid 901"), "{}", d.headline);
+    assert!(d.headline.contains("pid 902"), "{}", d.headline);
+    assert!(d.headline.contains("51.02 GiB"), "{}", d.headline);
+    assert_eq!(d.fixes[0].title, "Use GPU 2: it has 119.80 GiB free");
+    assert!(d.fixes[0].detail.contains("CUDA_VISIBLE_DEVICES=GPU-00000002"));
+    assert!(d.fixes[1].detail.contains("user alice: python hold.py --big"));
+    assert!(!all_fix_text(&d).contains("expandable_segments"));
+    // From the text alone: the same case, with `gpuwatch pick` instead of a named GPU.
+    let d = diagnose(&a, None);
+    assert_eq!(d.case, Case::ExternalPressure);
+    assert!(d.fixes[0].detail.contains("gpuwatch pick --min-free"));
+}
+
+#[test]
+fn diagnose_fragmentation_real() {
+    let d = diagnose(&run("oom-torch-2.11-fragmentation-real.txt"), None);
+    assert_eq!(d.case, Case::Fragmentation);
+    assert!(d.headline.contains("57.55 GiB"), "{}", d.headline);
+    assert!(d.fixes[0].detail.contains("PYTORCH_ALLOC_CONF=expandable_segments:True"));
+    assert!(d.fixes[0].detail.contains("PYTORCH_CUDA_ALLOC_CONF"));
+    // The same workload with expandable segments: 0 bytes unallocated, no fragmentation.
+    let d = diagnose(&run("oom-torch-2.11-expandable-real.txt"), None);
+    assert_eq!(d.case, Case::OwnTensors);
+    assert!(!all_fix_text(&d).contains("expandable_segments"));
+}
+
+#[test]
+fn diagnose_own_tensors_with_batch_estimates_a_smaller_batch() {
+    let a = run("oom-torch-2.11-plain-real.txt");
+    let ctx = Context {
+        job_pids: vec![77],
+        batch_size: Some(64),
+        gpus: vec![h200(0, sz(10051, GI), vec![proc(77, sz(10051, GI), "me", "python train.py", true)])],
+        ..Context::default()
+    };
+    let d = diagnose(&a, Some(&ctx));
+    assert_eq!(d.case, Case::OwnTensors);
+    // ⌊64 × 0.9 × (139.80 − 0.51 overhead) ÷ (100.00 + 60.00 + 0.51)⌋ = ⌊49.98⌋
+    assert_eq!(d.suggested_batch, Some(49));
+    assert_eq!(d.fixes[0].title, "Reduce the per-device batch to 49");
+    assert!(d.fixes[1].detail.contains("Accumulate 2 steps of 49 for an effective batch of 98"));
+    assert!(d.fixes[2].title.contains("mixed precision"));
+    assert!(d.fixes[3].title.contains("checkpointing"));
+    assert!(!all_fix_text(&d).contains("expandable_segments"));
+    assert!(!all_fix_text(&d).contains("empty_cache"), "nothing is cached here");
+}
+
+#[test]
+fn diagnose_own_tensors_without_batch() {
+    let d = diagnose(&run("oom-torch-2.11-leak-real.txt"), None);
+    assert_eq!(d.case, Case::OwnTensors, "{}", d.headline);
+    assert_eq!(d.suggested_batch, None);
+    assert_eq!(d.fixes[0].title, "Reduce the per-device batch");
+    assert!(all_fix_text(&d).contains("leak"));
+    assert!(!all_fix_text(&d).contains("expandable_segments"));
+    // The other two processes are named as facts, but they are not the cause.
+    assert!(d.facts.iter().any(|f| f.contains("pid 1030 (12.76 GiB)")));
+}
+
+#[test]
+fn diagnose_bare_oom_says_what_is_unknown() {
+    let d = diagnose(&run("oom-cuda-error-bare.txt"), None);
+    assert_eq!(d.case, Case::OutOfMemoryUnclear);
+    assert!(d.facts.iter().any(|f| f.starts_with("unknown:")));
+    assert!(d.fixes[0].detail.contains("gpuwatch run"));
+}
+
+#[test]
+fn diagnose_container_pid_is_the_job() {
+    // Inside a container PyTorch printed its own process as "Process 2315".
+    let a = run("oom-torch-2.1-container.txt");
+    let ctx = Context {
+        job_pids: vec![41],
+        gpus: vec![GpuView {
+            total: sz(7915, GI),
+            ..h200(0, sz(7913, GI), vec![proc(41, sz(7913, GI), "me", "python train.py", true)])
+        }],
+        ..Context::default()
+    };
+    for d in [diagnose(&a, Some(&ctx)), diagnose(&a, None)] {
+        assert_ne!(d.case, Case::ExternalPressure, "{}", d.headline);
+        assert!(
+            d.facts.iter().any(|f| f.starts_with("Process 2315 in the message")),
+            "{:?}",
+            d.facts
+        );
+    }
+    // With a context whose job pid matches nothing and whose memory differs, 2315 is external.
+    let ctx = Context {
+        job_pids: vec![41],
+        gpus: vec![h200(0, sz(7913, GI), vec![proc(41, GI, "me", "python train.py", true)])],
+        ..Context::default()
+    };
+    let d = diagnose(&a, Some(&ctx));
+    assert_eq!(d.case, Case::ExternalPressure, "{}", d.headline);
+}
+
+#[test]
+fn diagnose_device_mismatch_checklist() {
+    let d = diagnose(&run("device-linear-real.txt"), None);
+    assert_eq!(d.case, Case::DeviceMismatch);
+    assert!(d.headline.contains("`mat1`"));
+    assert!(d.fixes[0].title.contains("cuda:0"));
+    let list = &d.fixes[1].detail;
+    for item in ["model.to(device)", "every batch", "inside forward", "targets"] {
+        assert!(list.contains(item), "{item} missing from {list}");
+    }
+    let d = diagnose(&run("device-input-type.txt"), None);
+    assert_eq!(d.fixes[0].title, "Move the model to the GPU");
+}
+
+#[test]
+fn diagnose_shape_in_features() {
+    let d = diagnose(&run("shape-matmul.txt"), None);
+    assert_eq!(d.case, Case::ShapeMismatch);
+    assert!(
+        d.headline.contains("expects in_features=4608 but gets 9216"),
+        "{}",
+        d.headline
+    );
+    assert!(d.fixes[0].detail.contains("nn.Linear(9216, 128)"));
+    assert!(d.fixes.iter().any(|f| f.title.contains("Print the shapes")));
+}
+
+#[test]
+fn every_fixture_diagnoses_and_renders() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/triage");
+    for entry in std::fs::read_dir(dir).expect("fixtures dir") {
+        let path = entry.expect("entry").path();
+        let a = analyze(&std::fs::read_to_string(&path).expect("read"));
+        let d = diagnose(&a, None);
+        assert!(!d.headline.is_empty(), "{}", path.display());
+        assert!(!d.fixes.is_empty(), "{}", path.display());
+        let text = render_text(&d);
+        // Only a single unbreakable token (a URL, a path) may run past the width.
+        assert!(
+            text.lines().all(|l| l.chars().count() <= 100 || !l.trim().contains(' ')),
+            "{}:\n{text}",
+            path.display()
+        );
+        assert!(serde_json::to_string(&d).is_ok());
+    }
+}
+
+// ---- streaming and robustness ----------------------------------------------------------
+
+#[test]
+fn scanner_streams_a_large_log_in_bounded_memory() {
+    // 100 MiB runs in the bench (`benches/triage.rs`); unoptimised regex makes debug builds slow.
+    const MIB: usize = 6;
+    let mut scanner = Scanner::new();
+    let mut pushed = 0usize;
+    let mut line = String::with_capacity(256);
+    let mut i = 0u64;
+    let mut max_retained = 0;
+    while pushed < MIB << 20 {
+        line.clear();
+        use std::fmt::Write as _;
+        let _ = match i % 8 {
+            0 => write!(line, "step {i} loss=0.{i} cuda mem alloc=61.22GiB reserved=64.00GiB"),
+            1 => write!(line, "\x1b[33mWARNING\x1b[0m size of batch {i} is odd; dimension ok"),
+            2 => write!(line, "  File \"/opt/venv/lib/python3.12/site-packages/x.py\", line {i}, in f"),
+            3 => write!(line, "ValueError: bad sample {i}\r"),
+            4 => write!(line, "{}", "x".repeat(200)),
+            _ => write!(line, "epoch 1 step {i} tokens/s=48211 lr=3e-4"),
+        };
+        scanner.push_line(&line);
+        pushed += line.len() + 1;
+        i += 1;
+        if i % 4096 == 0 {
+            max_retained = max_retained.max(scanner.retained_bytes());
+        }
+    }
+    scanner.push_line("Traceback (most recent call last):");
+    scanner.push_line("  File \"train.py\", line 42, in <module>");
+    scanner.push_line(
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 256.00 MiB. GPU 0 has a \
+         total capacity of 139.80 GiB of which 5.94 MiB is free.",
+    );
+    max_retained = max_retained.max(scanner.retained_bytes());
+    assert!(max_retained <= gpuwatch::triage::SCANNER_BOUND, "{max_retained}");
+    let a = scanner.finish();
+    let Failure::OutOfMemory(f) = a.failure else { panic!("{:?}", a.failure) };
+    assert_eq!(f.requested, Some(256 * MI));
+    assert_eq!(a.traceback_hint.as_deref(), Some("File \"train.py\", line 42, in <module>"));
+}
+
+#[test]
+fn very_long_lines_are_capped() {
+    let long = format!("{}CUDA out of memory. Tried to allocate 1.00 GiB.", "a".repeat(200_000));
+    let a = analyze(&long);
+    assert_eq!(a.failure, Failure::Unknown, "the message is past the 64 KiB looked at");
+    let mut scanner = Scanner::new();
+    scanner.push_line(&format!("RuntimeError: CUDA error: out of memory {}", "é".repeat(100_000)));
+    assert!(scanner.retained_bytes() <= gpuwatch::triage::SCANNER_BOUND);
+    assert!(matches!(scanner.finish().failure, Failure::OutOfMemory(_)));
+}
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn fixtures() -> Vec<String> {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/triage");
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .expect("fixtures dir")
+            .map(|e| std::fs::read_to_string(e.expect("entry").path()).expect("read"))
+            .collect();
+        v.sort();
+        v
+    }
+
+    fn check(text: &str) {
+        let a = analyze(text);
+        let d = diagnose(&a, None);
+        let _ = render_text(&d);
+        let ctx = Context {
+            job_pids: vec![1, 2315],
+            cuda_visible_devices: Some("1,0".to_string()),
+            batch_size: Some(7),
+            gpus: vec![h200(0, GI, vec![]), h200(1, 2 * GI, vec![proc(1, GI, "u", "c", true)])],
+            ..Context::default()
+        };
+        let _ = render_text(&diagnose(&a, Some(&ctx)));
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+        #[test]
+        fn arbitrary_text_never_panics(s in any::<String>()) {
+            check(&s);
+        }
+
+        #[test]
+        fn mutated_corpus_never_panics(
+            pick in any::<prop::sample::Index>(),
+            edits in prop::collection::vec((any::<prop::sample::Index>(), "\\PC{0,12}|[0-9.,;() ]{0,8}", 0usize..40), 0..8),
+        ) {
+            let all = fixtures();
+            let mut text = all[pick.index(all.len())].clone();
+            for (at, insert, delete) in edits {
+                let mut i = at.index(text.len() + 1);
+                while !text.is_char_boundary(i) { i -= 1; }
+                let mut j = (i + delete).min(text.len());
+                while !text.is_char_boundary(j) { j -= 1; }
+                text.replace_range(i..j, &insert);
+            }
+            check(&text);
+        }
+    }
+}

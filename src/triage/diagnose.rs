@@ -863,7 +863,7 @@ fn shape(d: &mut Diagnosis, f: &ShapeFacts) {
                     format!(
                         "The input has {got} features per sample (the flattened size after the \
                          previous layer); the layer was built for {expected}:\n    \
-                         nn.Linear({got}, {out})\n or change what comes before it (pooling, \
+                         nn.Linear({got}, {out})\nor change what comes before it (pooling, \
                          the image size) so that flatten gives {expected}. nn.LazyLinear({out}) \
                          infers it."
                     ),
@@ -1268,23 +1268,32 @@ fn driver_detail(line: &str) -> String {
 
 fn wrap(out: &mut String, text: &str, indent: &str, width: usize) {
     for raw in text.lines() {
-        if raw.starts_with(' ') || raw.starts_with('-') && raw.len() < width {
+        if raw.starts_with(' ') {
+            // Code: keep as written.
             let _ = writeln!(out, "{indent}{raw}");
             continue;
         }
+        // A list item wraps under its text.
+        let (first, rest, body) = match raw.strip_prefix("- ") {
+            Some(body) => (format!("{indent}- "), format!("{indent}  "), body),
+            None => (indent.to_string(), indent.to_string(), raw),
+        };
+        let mut prefix = first;
         let mut line = String::new();
-        for word in raw.split_whitespace() {
-            if !line.is_empty() && indent.len() + line.chars().count() + 1 + word.chars().count() > width
+        for word in body.split_whitespace() {
+            if !line.is_empty()
+                && prefix.chars().count() + line.chars().count() + 1 + word.chars().count() > width
             {
-                let _ = writeln!(out, "{indent}{line}");
+                let _ = writeln!(out, "{prefix}{line}");
                 line.clear();
+                prefix.clone_from(&rest);
             }
             if !line.is_empty() {
                 line.push(' ');
             }
             line.push_str(word);
         }
-        let _ = writeln!(out, "{indent}{line}");
+        let _ = writeln!(out, "{prefix}{line}");
     }
 }
 
@@ -1294,8 +1303,8 @@ pub fn render_text(d: &Diagnosis) -> String {
     wrap(&mut out, &d.headline, "", 80);
     if !d.analysis.excerpt.is_empty() {
         out.push_str("\nThe error:\n");
-        for l in d.analysis.excerpt.iter().take(3) {
-            let _ = writeln!(out, "  {}", short(l.trim(), 300));
+        for l in d.analysis.excerpt.iter().take(4) {
+            wrap(&mut out, &short(l.trim(), 400), "  ", 80);
         }
     }
     if !d.facts.is_empty() {
@@ -1317,4 +1326,127 @@ pub fn render_text(d: &Diagnosis) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gpu(index: u32, uuid: &str, bus: &str, name: &str) -> GpuView {
+        GpuView {
+            index,
+            uuid: uuid.to_string(),
+            pci_bus_id: Some(bus.to_string()),
+            name: name.to_string(),
+            total: 140 * GIB,
+            used: 0,
+            processes: vec![],
+        }
+    }
+
+    fn four() -> Vec<GpuView> {
+        vec![
+            gpu(0, "GPU-aaaa1111-0000", "00000000:18:00.0", "NVIDIA H200"),
+            gpu(1, "GPU-bbbb2222-0000", "00000000:2A:00.0", "NVIDIA H200"),
+            gpu(2, "GPU-cccc3333-0000", "00000000:3A:00.0", "NVIDIA H200"),
+            gpu(3, "GPU-cccc4444-0000", "00000000:5D:00.0", "NVIDIA H200"),
+        ]
+    }
+
+    #[test]
+    fn ordinals_through_cuda_visible_devices() {
+        let g = four();
+        assert_eq!(map_ordinal(2, None, None, &g), Some(2));
+        assert_eq!(map_ordinal(4, None, None, &g), None);
+        assert_eq!(map_ordinal(1, Some("0,2"), None, &g), Some(2));
+        assert_eq!(map_ordinal(0, Some("3,1"), None, &g), Some(3));
+        assert_eq!(map_ordinal(0, Some(" 1 , 3 "), None, &g), Some(1));
+        assert_eq!(map_ordinal(0, Some(""), None, &g), None, "empty = no GPU");
+        // UUIDs, unique prefixes, with or without "GPU-".
+        assert_eq!(map_ordinal(0, Some("GPU-bbbb2222-0000"), None, &g), Some(1));
+        assert_eq!(map_ordinal(0, Some("GPU-bbbb"), None, &g), Some(1));
+        assert_eq!(map_ordinal(1, Some("0,GPU-cccc4"), None, &g), Some(3));
+        assert_eq!(map_ordinal(0, Some("aaaa"), None, &g), Some(0));
+        // An ambiguous prefix, an index out of range, a repeat, garbage: the list ends there.
+        assert_eq!(map_ordinal(0, Some("GPU-cccc"), None, &g), None);
+        assert_eq!(map_ordinal(0, Some("1,7,2"), None, &g), Some(1));
+        assert_eq!(map_ordinal(1, Some("1,7,2"), None, &g), None);
+        assert_eq!(map_ordinal(1, Some("1,1,2"), None, &g), None);
+        assert_eq!(map_ordinal(1, Some("2,x,0"), None, &g), None);
+        assert_eq!(map_ordinal(0, Some("-1"), None, &g), None);
+        // MIG instances have no NVML index of their own.
+        assert_eq!(map_ordinal(0, Some("MIG-1234-5678"), None, &g), None);
+        assert_eq!(map_ordinal(1, Some("MIG-1234-5678,2"), None, &g), Some(2));
+    }
+
+    #[test]
+    fn ordinals_with_device_order() {
+        // NVML index order differs from bus order here (as it can with some topologies).
+        let mut g = four();
+        g[0].pci_bus_id = Some("00000000:81:00.0".to_string());
+        assert_eq!(map_ordinal(0, None, Some("PCI_BUS_ID"), &g), Some(1));
+        assert_eq!(map_ordinal(3, None, Some("PCI_BUS_ID"), &g), Some(0));
+        assert_eq!(map_ordinal(0, Some("3"), Some("PCI_BUS_ID"), &g), Some(0));
+        // CUDA's 0000:18:00.0 and NVML's 00000000:18:00.0 are the same bus.
+        g[0].pci_bus_id = Some("0000:05:00.0".to_string());
+        assert_eq!(map_ordinal(0, None, Some("PCI_BUS_ID"), &g), Some(0));
+        // Mixed models: FASTEST_FIRST is not knowable from here.
+        let mut mixed = four();
+        mixed[3].name = "NVIDIA A100".to_string();
+        assert_eq!(map_ordinal(0, None, None, &mixed), None);
+        assert_eq!(map_ordinal(0, None, Some("FASTEST_FIRST"), &mixed), None);
+        assert_eq!(map_ordinal(3, None, Some("PCI_BUS_ID"), &mixed), Some(3));
+        assert_eq!(map_ordinal(0, None, None, &[]), None);
+    }
+
+    fn args(a: &[&str]) -> Vec<String> {
+        a.iter().map(ToString::to_string).collect()
+    }
+
+    #[test]
+    fn batch_sizes_from_command_lines() {
+        let cases: [(&[&str], Option<(u64, &str)>); 12] = [
+            (&["train.py", "--batch-size", "32"], Some((32, "--batch-size"))),
+            (&["train.py", "--batch_size=16"], Some((16, "--batch_size"))),
+            (&["train.py", "--bs", "8"], Some((8, "--bs"))),
+            (&["train.py", "-b", "4"], Some((4, "-b"))),
+            (&["train.py", "batch_size=12"], Some((12, "batch_size"))),
+            (&["train.py", "data.batch_size=24"], Some((24, "data.batch_size"))),
+            (
+                &["run_clm.py", "--per_device_train_batch_size", "2"],
+                Some((2, "--per_device_train_batch_size")),
+            ),
+            (&["x.py", "--micro-batch-size=6"], Some((6, "--micro-batch-size"))),
+            (&["train.py", "--batch-size"], None),
+            (&["train.py", "-b", "big"], None),
+            (&["train.py", "--epochs", "3"], None),
+            (&["train.py", "--lr=0.1", "--batch-size", "64", "--bs", "1"], Some((64, "--batch-size"))),
+        ];
+        for (a, want) in cases {
+            let got = batch_size_from_args(&args(a));
+            assert_eq!(got, want.map(|(n, f)| (n, f.to_string())), "{a:?}");
+        }
+    }
+
+    #[test]
+    fn render_stays_near_80_columns() {
+        let d = Diagnosis {
+            case: Case::Unknown,
+            headline: "word ".repeat(40),
+            facts: vec!["- a fact ".repeat(20)],
+            fixes: vec![fix("t", "- item ".repeat(30))],
+            nvml_gpu: None,
+            suggested_batch: None,
+            analysis: Analysis {
+                failure: Failure::Unknown,
+                excerpt: vec!["e ".repeat(100)],
+                traceback_hint: None,
+                assertion: None,
+            },
+        };
+        for line in render_text(&d).lines() {
+            assert!(line.chars().count() <= 80, "{line}");
+            assert!(!line.contains('\x1b'));
+        }
+    }
 }

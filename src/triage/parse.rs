@@ -100,19 +100,41 @@ pub(crate) fn looks_like_continuation(line: &str) -> bool {
 // ---------------------------------------------------------------------------------------------
 // Prefilter: most log lines name nothing we know; one regex pass rules them out.
 
+/// Literal phrases at least one of which every classifier needs. Case-sensitive on purpose
+/// (variants listed): a literal set is searched with SIMD, a case-insensitive one is not.
+const PHRASES: &[&str] = &[
+    // device
+    "same device", "device type", "backend", "Input type", "tensors are not",
+    "different from other", "xpected device", "is on CPU", "is on GPU", "is on cpu",
+    "is on cuda", "is on CUDA", "expected it to be on", "indices should be", "for generator",
+    "device_ids[0]", "Expected object of",
+    // shape
+    "cannot be multiplied", "size mismatch", "mat1 dim", "at least 1D", "batch2 tensor",
+    "size-incompatible", "contracting dimensions", "batch_size (", "Sizes of tensors",
+    "stack expects", "size of tensor a", "Incompatible shapes", "is invalid for input of size",
+    "view size is not compatible", "channels, but got", "-dimensional input", "(batched) input",
+    "Target size", "running_mean", "input_size", "Expected hidden", "Dimension out of range",
+    "expected axis", "are incompatible",
+    // out of memory
+    "out of memory", "Out of memory", "OOM when", "RESOURCE_EXHAUSTED", "Resource exhausted",
+    "_ALLOC_FAILED", "NOT_ALLOCATED", "OutOfMemory", "cudaErrorMemoryAllocation",
+    // known
+    "device-side assert", "cudaError", "CUDA_ERROR_", "kernel image", "invalid device function",
+    "not compatible with the current PyTorch", "too old", "driver version is insufficient",
+    "forward compatibility", "ECC", "compiled with CUDA", "deserialize", "No CUDA GPUs",
+    "CUDA-capable", "NVIDIA driver", "NVIDIA-SMI", "CUDA gpu", "invalid device ordinal",
+    "busy or unavailable", "unknown error", "initialization error", "CPUAllocator",
+    "killed by signal", "bad_alloc", "shared memory", "(shm)", "Bus error", "bus error",
+    "scalar type", "same dtype", "found dtype", "bias type", "index out of range",
+    "out of bounds for dimension", "key(s) in state_dict", "illegal memory access",
+    "illegal instruction", "launch failure", "misaligned address", "CUDNN_STATUS",
+    "cuDNN error", "CUBLAS_STATUS", "cuBLAS error", "Watchdog", "collective operation",
+    "NCCL", "nccl", "DistBackendError", "DistStoreError", "Socket Timeout",
+];
+
 static PREFILTER: LazyLock<Regex> = LazyLock::new(|| {
-    re(concat!(
-        r"(?i:out of memory|oom when|resource.?exhausted|_ALLOC_FAILED|NOT_ALLOCATED|",
-        r"same device|device type|backend|Input type|tensors are not|different from other|",
-        r"to have the same device|expected device|on device|device\(s\)|",
-        r"shape|size|cannot be multiplied|must match|channels|dimension|dim \d|",
-        r"device-side assert|illegal|launch failure|misaligned|nccl|watchdog|",
-        r"driver|cuda|no kernel image|ECC|ordinal|scalar type|index out of range|",
-        r"allocator|can't allocate|not enough memory|killed by signal|shared memory|bus error|",
-        r"state_dict|incompatible|hip|resource exhausted|attempting to allocate|",
-        r"failed to allocate|dtype|cudnn|cublas|is on (?:cpu|gpu|cuda)|expected it to be on|",
-        r"map_location|key\(s\)|hidden size|input_size|running_mean|out of bounds)"
-    ))
+    let alternation: Vec<String> = PHRASES.iter().map(|p| regex::escape(p)).collect();
+    re(&alternation.join("|"))
 });
 
 /// Classifies one clean line: the failure and its rank.
@@ -624,7 +646,7 @@ pub(crate) fn oom_facts(text: &str, framework: Framework) -> OomFacts {
         // An exact byte count right after the rounded figure: `1.17GiB (rounded to 1258291200)`,
         // `3.00GiB (3221225472B)`, `3.77G (4046333952 bytes)`.
         let rest = &text[c.get(0).map_or(0, |m| m.end())..];
-        let near = &rest[..rest.len().min(40)];
+        let near = cap_str(rest, 40);
         if let Some(e) = EXACT_BYTES.captures(near)
             && let Ok(n) = e[1].parse::<u64>()
         {
@@ -746,12 +768,16 @@ static KNOWN: LazyLock<Vec<(Regex, KnownFailure, u8)>> = LazyLock::new(|| {
     .collect()
 });
 
-fn cap_line(line: &str) -> String {
-    let mut end = line.len().min(4096);
-    while !line.is_char_boundary(end) {
+fn cap_str(s: &str, max: usize) -> &str {
+    let mut end = s.len().min(max);
+    while !s.is_char_boundary(end) {
         end -= 1;
     }
-    line[..end].to_string()
+    &s[..end]
+}
+
+fn cap_line(line: &str) -> String {
+    cap_str(line, 4096).to_string()
 }
 
 fn known(line: &str) -> Option<(Failure, u8)> {

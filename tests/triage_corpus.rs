@@ -402,6 +402,11 @@ fn oom_torchrun_beats_the_watchdog_and_child_failed() {
             ..facts(Framework::PyTorch)
         }
     );
+    // The "[rank1]: " prefix does not hide the frames.
+    assert_eq!(
+        a.traceback_hint.as_deref(),
+        Some("File \"/workspace/train.py\", line 118, in main")
+    );
 }
 
 // ---- other frameworks ------------------------------------------------------------------
@@ -666,6 +671,32 @@ fn unknown_is_a_logic_bug_with_its_frame() {
 }
 
 #[test]
+fn unknown_keeps_the_root_of_a_chain_and_skips_the_agent() {
+    let chained = "Traceback (most recent call last):\n  File \"a.py\", line 3, in f\n    \
+                   d[k]\nKeyError: 'x'\n\nDuring handling of the above exception, another \
+                   exception occurred:\n\nTraceback (most recent call last):\n  File \"a.py\", \
+                   line 5, in <module>\n    f()\nValueError: lookup failed\n";
+    let a = analyze(chained);
+    assert_eq!(a.failure, Failure::Unknown);
+    assert_eq!(a.excerpt, vec!["KeyError: 'x'".to_string()]);
+    assert_eq!(a.traceback_hint.as_deref(), Some("File \"a.py\", line 3, in f"));
+    let torchrun = "[rank0]: Traceback (most recent call last):\n[rank0]:   File \"t.py\", line 9, \
+                    in <module>\n[rank0]: AssertionError: bad config\nE1129 api.py:869] failed \
+                    (exitcode: 1)\ntorch.distributed.elastic.multiprocessing.errors.\
+                    ChildFailedError: \n";
+    let a = analyze(torchrun);
+    assert_eq!(a.excerpt, vec!["AssertionError: bad config".to_string()]);
+    assert_eq!(a.traceback_hint.as_deref(), Some("File \"t.py\", line 9, in <module>"));
+    // A frame from an earlier traceback does not stick to an error printed much later.
+    let mut late = String::from(chained);
+    for i in 0..20 {
+        late.push_str(&format!("step {i}\n"));
+    }
+    late.push_str("RuntimeError: CUDA error: an illegal memory access was encountered\n");
+    assert_eq!(analyze(&late).traceback_hint, None);
+}
+
+#[test]
 fn every_fixture_is_asserted() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/triage");
     let this = include_str!("triage_corpus.rs");
@@ -849,6 +880,31 @@ fn diagnose_container_pid_is_the_job() {
     };
     let d = diagnose(&a, Some(&ctx));
     assert_eq!(d.case, Case::ExternalPressure, "{}", d.headline);
+}
+
+#[test]
+fn diagnose_unattributed_memory_is_external() {
+    // Another container held 60 GiB that no process visible here accounts for.
+    let a = analyze(
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a \
+         total capacity of 139.80 GiB of which 9.29 GiB is free. Including non-PyTorch memory, \
+         this process has 70.51 GiB memory in use. Of the allocated memory 70.00 GiB is \
+         allocated by PyTorch, and 0 bytes is reserved by PyTorch but unallocated.",
+    );
+    let job = sz(7051, GI);
+    let ctx = Context {
+        job_pids: vec![77],
+        gpus: vec![
+            h200(0, job + 60 * GI, vec![proc(77, job, "me", "python train.py", true)]),
+            h200(1, GI, vec![]),
+        ],
+        cuda_visible_devices: Some("0".to_string()),
+        ..Context::default()
+    };
+    let d = diagnose(&a, Some(&ctx));
+    assert_eq!(d.case, Case::ExternalPressure, "{}", d.headline);
+    assert!(d.headline.contains("60.00 GiB unattributed"), "{}", d.headline);
+    assert_eq!(d.fixes[0].title, "Use GPU 1: it has 138.80 GiB free");
 }
 
 #[test]

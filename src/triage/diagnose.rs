@@ -3,8 +3,9 @@
 //! # Out of memory: which case
 //! * **External pressure** when memory held by other processes (the message's `Process N has …`
 //!   lines that are not the job, and/or other processes in the [`Context`]'s view of that GPU)
-//!   would have let the request fit (`requested ≤ free + external`) and is a real share of what
-//!   the job needed (≥ 25 % of the job's own use + the request). Without a request size, other
+//!   would have let the request fit (`requested ≤ free + external`), is a real share of what
+//!   the job needed (≥ 25 % of the job's own use + the request), and the job alone would fit on
+//!   the GPU (own use + request ≤ total). Without a request size, other
 //!   processes holding ≥ 25 % of the GPU. Fixes: another GPU (with a context: the GPU with the
 //!   most free memory now, if it fits the job's footprint), then the other processes by name,
 //!   then the job's own footprint.
@@ -347,7 +348,8 @@ fn oom(d: &mut Diagnosis, f: &OomFacts, ctx: Option<&Context>) {
     let visible_count = ctx
         .and_then(|c| c.cuda_visible_devices.as_deref())
         .map(|v| v.split(',').filter(|e| !e.trim().is_empty()).count());
-    let ordinal = f.gpu.or(if visible_count == Some(1) { Some(0) } else { None });
+    let single = visible_count == Some(1) || ctx.is_some_and(|c| c.gpus.len() == 1);
+    let ordinal = f.gpu.or(if single { Some(0) } else { None });
     let nvml = match (ctx, ordinal) {
         (Some(c), Some(o)) => map_ordinal(
             o,
@@ -415,7 +417,16 @@ fn oom(d: &mut Diagnosis, f: &OomFacts, ctx: Option<&Context>) {
         }
     }
     others.sort_by(|a, b| b.bytes.cmp(&a.bytes));
-    let external: u64 = others.iter().map(|o| o.bytes).sum();
+    // Memory no visible process accounts for (other containers, other PID namespaces) is
+    // external too; below 1 GiB it is driver overhead and noise.
+    let unattributed = view
+        .map(|g| {
+            let listed: u64 = g.processes.iter().map(|p| p.bytes).sum();
+            g.used.saturating_sub(listed)
+        })
+        .filter(|u| *u >= GIB)
+        .unwrap_or(0);
+    let external: u64 = others.iter().map(|o| o.bytes).sum::<u64>() + unattributed;
     let own = own_total
         .or(job_bytes_ctx.filter(|b| *b > 0))
         .or(f.reserved)
@@ -470,6 +481,12 @@ fn oom(d: &mut Diagnosis, f: &OomFacts, ctx: Option<&Context>) {
     for o in &others {
         d.facts.push(format!("another process held memory: {}", o.describe()));
     }
+    if unattributed > 0 {
+        d.facts.push(format!(
+            "{} on the GPU belonged to no process visible here (another container?)",
+            fmt_size(unattributed)
+        ));
+    }
 
     let requested = f.requested;
     let needed_by_job = own.unwrap_or(0).saturating_add(requested.unwrap_or(0));
@@ -478,6 +495,8 @@ fn oom(d: &mut Diagnosis, f: &OomFacts, ctx: Option<&Context>) {
             (Some(r), Some(fr)) => {
                 r <= fr.saturating_add(external)
                     && (needed_by_job == 0 || external.saturating_mul(4) >= needed_by_job)
+                    // a job that could never fit on this GPU alone is not a victim of others
+                    && total.is_none_or(|t| own.is_none() || needed_by_job <= t)
             }
             _ => total.is_some_and(|t| external.saturating_mul(4) >= t),
         };
@@ -491,11 +510,14 @@ fn oom(d: &mut Diagnosis, f: &OomFacts, ctx: Option<&Context>) {
 
     if external_case {
         d.case = Case::ExternalPressure;
-        let names: Vec<String> = others
+        let mut names: Vec<String> = others
             .iter()
             .take(3)
             .map(|o| format!("pid {} ({})", o.pid, fmt_size(o.bytes)))
             .collect();
+        if unattributed > 0 {
+            names.push(format!("{} unattributed", fmt_size(unattributed)));
+        }
         d.headline = format!(
             "Out of memory on {gpu_name}: other processes held {} ({}){}",
             fmt_size(external),

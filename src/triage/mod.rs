@@ -282,6 +282,12 @@ pub struct Scanner {
     pending: Option<(String, usize)>,
     /// Last user frame of the current traceback.
     frame: Option<String>,
+    /// Lines the frame stays valid after its traceback's exception line (multi-line messages
+    /// such as `Error(s) in loading state_dict` follow it); `None` inside a traceback.
+    frame_ttl: Option<u8>,
+    /// A "During handling of the above exception" / "direct cause" line was seen: the next
+    /// exception is a consequence, the one before is the root cause.
+    chained: bool,
     /// Last exception-looking line and its frame, for [`Failure::Unknown`].
     last_exception: Option<(String, Option<String>)>,
     assertion: Option<String>,
@@ -320,7 +326,7 @@ impl Scanner {
     }
 
     fn push_clean(&mut self, line: &str) {
-        let trimmed = line.trim();
+        let trimmed = parse::strip_rank_prefix(line.trim());
         if trimmed.is_empty() {
             self.pending = None;
             return;
@@ -328,12 +334,27 @@ impl Scanner {
         if trimmed.starts_with("Traceback (most recent call last)") {
             self.pending = None;
             self.frame = None;
+            self.frame_ttl = None;
             return;
         }
         if let Some(frame) = parse::user_frame(trimmed) {
             self.pending = None;
             self.frame = Some(cap(&frame, 1024).to_string());
+            self.frame_ttl = None;
             return;
+        }
+        if let Some(ttl) = self.frame_ttl.as_mut() {
+            if *ttl == 0 {
+                self.frame = None;
+                self.frame_ttl = None;
+            } else {
+                *ttl -= 1;
+            }
+        }
+        if trimmed.starts_with("During handling of the above exception")
+            || trimmed.starts_with("The above exception was the direct cause")
+        {
+            self.chained = true;
         }
         if self.assertion.is_none() && parse::is_assertion(trimmed) {
             self.assertion = Some(cap(trimmed, 1024).to_string());
@@ -344,15 +365,22 @@ impl Scanner {
                 .get_or_insert_with(|| OomFacts::empty(Framework::TensorFlow));
             aux.fill_from(&facts);
         }
+        let is_exception = parse::is_exception_line(trimmed);
         if let Some((failure, rank)) = parse::classify(trimmed) {
             self.pending = None;
             self.offer(failure, rank, trimmed);
-            return;
+        } else if is_exception {
+            if !(self.chained && self.last_exception.is_some()) && !parse::is_agent_error(trimmed)
+            {
+                self.last_exception = Some((cap(trimmed, 1024).to_string(), self.frame.clone()));
+            }
+            self.chained = false;
+        } else {
+            self.continue_pending(trimmed);
         }
-        if parse::is_exception_line(trimmed) {
-            self.last_exception = Some((cap(trimmed, 1024).to_string(), self.frame.clone()));
+        if is_exception && self.frame_ttl.is_none() {
+            self.frame_ttl = Some(8);
         }
-        self.continue_pending(trimmed);
     }
 
     /// A continuation line of a wrapped OOM message: re-read the joined text.

@@ -65,6 +65,23 @@ pub(crate) fn user_frame(line: &str) -> Option<String> {
     Some(line.to_string())
 }
 
+/// Removes the rank prefix torchrun and friends put on each line: `[rank1]: `, `[default0]:`.
+pub(crate) fn strip_rank_prefix(line: &str) -> &str {
+    if let Some(rest) = line.strip_prefix('[')
+        && let Some(end) = rest.find("]:")
+        && end <= 24
+        && !rest[..end].contains(' ')
+    {
+        return rest[end + 2..].trim_start();
+    }
+    line
+}
+
+/// The elastic agent's summary (`ChildFailedError`): never the cause.
+pub(crate) fn is_agent_error(line: &str) -> bool {
+    line.contains("ChildFailedError") || line.contains("elastic.multiprocessing")
+}
+
 pub(crate) fn is_assertion(line: &str) -> bool {
     line.contains("Assertion `") && line.contains("failed")
 }
@@ -760,7 +777,7 @@ static KNOWN: LazyLock<Vec<(Regex, KnownFailure, u8)>> = LazyLock::new(|| {
         (r"(?i)unspecified launch failure|misaligned address|an illegal instruction was encountered|cudaErrorLaunchFailure|CUDA_ERROR_LAUNCH_FAILED", K::LaunchFailure, RANK_ILLEGAL),
         (r"CUDNN_STATUS_\w+|cuDNN error", K::CudnnError, RANK_LIB),
         (r"CUBLAS_STATUS_\w+|cuBLAS error", K::CublasError, RANK_LIB),
-        (r"(?i)Watchdog caught collective operation timeout|collective operation timeout|NCCL communicator was aborted|ProcessGroupNCCL.{0,80}time(?:d )?out|NCCL.{0,40}[Tt]imeout|DistStoreError: .{0,60}[Tt]imed? ?out|Socket Timeout", K::NcclTimeout, RANK_NCCL_TIMEOUT),
+        (r"(?i)Watchdog caught collective operation timeout|collective operation timeout|NCCL communicator was aborted|ProcessGroupNCCL.{0,80}timed out|DistStoreError: .{0,60}timed? ?out|Socket Timeout", K::NcclTimeout, RANK_NCCL_TIMEOUT),
         (r"NCCL error|ncclUnhandledCudaError|ncclSystemError|ncclInternalError|ncclInvalidArgument|ncclInvalidUsage|ncclRemoteError|unhandled system error, NCCL version|DistBackendError", K::NcclError, RANK_NCCL),
     ]
     .into_iter()

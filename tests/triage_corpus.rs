@@ -1062,3 +1062,96 @@ mod properties {
         }
     }
 }
+
+// ---- wordings seen in public bug reports, one line each --------------------------------
+
+#[test]
+fn real_world_variants_classify() {
+    use KnownFailure as K;
+    #[derive(Debug)]
+    enum Want {
+        Oom(Framework),
+        Dev,
+        Shape(ShapeKind),
+        Known(KnownFailure),
+        Unknown,
+    }
+    let cases: &[(&str, Want)] = &[
+        ("RuntimeError: cuda runtime error (2) : out of memory at /pytorch/aten/src/THC/THCCachingAllocator.cpp:510", Want::Oom(Framework::PyTorch)),
+        ("THCudaCheck FAIL file=/pytorch/aten/src/THC/THCGeneral.cpp line=383 error=2 : out of memory", Want::Oom(Framework::PyTorch)),
+        ("RuntimeError: CUDA out of memory. Tried to allocate 2.00 MiB (GPU 0; 11.17 GiB total capacity; 10.62 GiB already allocated; 832.00 KiB free; 10.66 GiB reserved in total by PyTorch)", Want::Oom(Framework::PyTorch)),
+        ("jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 17179869184 bytes.", Want::Oom(Framework::Jax)),
+        ("E external/xla/xla/pjrt/pjrt_stream_executor_client.cc:2469] Execution of replica 0 failed: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 6.21GiB.", Want::Oom(Framework::Jax)),
+        ("tensorflow.python.framework.errors_impl.InternalError: Failed copying input tensor from /job:localhost/replica:0/task:0/device:CPU:0 to /job:localhost/replica:0/task:0/device:GPU:0 in order to run _EagerConst: Dst tensor is not initialized.", Want::Oom(Framework::TensorFlow)),
+        ("ggml_backend_cuda_buffer_type_alloc_buffer: allocating 4096.00 MiB on device 0: cudaMalloc failed: out of memory", Want::Oom(Framework::Other)),
+        ("ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine.", Want::Oom(Framework::Other)),
+        ("Cuda failure 'out of memory'", Want::Oom(Framework::Other)),
+        ("RuntimeError: MPS backend out of memory (MPS allocated: 1.77 GB, other allocations: 39.00 MB, max allowed: 1.81 GB). Tried to allocate 3.00 MB on private pool.", Want::Oom(Framework::Mps)),
+        ("RuntimeError: Expected all tensors to be on the same device, but found at least two devices, cpu and cuda:0! (when checking argument for argument index in method wrapper__index_select)", Want::Dev),
+        ("RuntimeError: Input type (torch.FloatTensor) and weight type (torch.cuda.FloatTensor) should be the same or input should be a MKLDNN tensor and weight is a dense tensor", Want::Dev),
+        ("RuntimeError: Input type (MPSFloatType) and weight type (torch.FloatTensor) should be the same", Want::Dev),
+        ("RuntimeError: expected device cuda:0 but got device cpu", Want::Dev),
+        ("RuntimeError: Expected object of backend CUDA but got backend CPU for argument #2 'mat2'", Want::Dev),
+        ("RuntimeError: Expected tensor for argument #1 'input' to have the same device as tensor for argument #2 'weight'; but device 1 does not equal 0 (while checking arguments for cudnn_convolution)", Want::Dev),
+        ("TypeError: can't convert cuda:0 device type tensor to numpy. Use Tensor.cpu() to copy the tensor to host memory first.", Want::Dev),
+        ("RuntimeError: Placeholder storage has not been allocated on MPS device!", Want::Dev),
+        ("RuntimeError: Input and parameter tensors are not at the same device, found input tensor at cpu and parameter tensor at cuda:0", Want::Dev),
+        ("RuntimeError: indices should be either on cpu or on the same device as the indexed tensor (cpu)", Want::Dev),
+        ("RuntimeError: Expected a 'cuda' device type for generator but found 'cpu'", Want::Dev),
+        ("RuntimeError: mat1 and mat2 shapes cannot be multiplied (1x512 and 2048x1000)", Want::Shape(ShapeKind::Matmul)),
+        ("RuntimeError: size mismatch, m1: [1 x 25088], m2: [512 x 4096] at C:/w/1/s/conda/aten/src\\THC/generic/THCTensorMathBlas.cu:290", Want::Shape(ShapeKind::Matmul)),
+        ("RuntimeError: The size of tensor a (512) must match the size of tensor b (256) at non-singleton dimension 3", Want::Shape(ShapeKind::Broadcast)),
+        ("RuntimeError: The expanded size of the tensor (3) must match the existing size (4) at non-singleton dimension 1.  Target sizes: [2, 3].  Tensor sizes: [2, 4]", Want::Shape(ShapeKind::Broadcast)),
+        ("RuntimeError: shape '[-1, 16, 5, 5]' is invalid for input of size 179776", Want::Shape(ShapeKind::View)),
+        ("RuntimeError: Given groups=1, weight of size 64 3 3 3, expected input[1, 1, 224, 224] to have 3 channels, but got 1 channels instead", Want::Shape(ShapeKind::ConvChannels)),
+        ("RuntimeError: Expected 4-dimensional input for 4-dimensional weight [64, 3, 7, 7], but got 3-dimensional input of size [3, 224, 224] instead", Want::Shape(ShapeKind::ConvRank)),
+        ("RuntimeError: Sizes of tensors must match except in dimension 1. Got 64 and 32 in dimension 2 (The offending index is 1)", Want::Shape(ShapeKind::Cat)),
+        ("RuntimeError: Given input size: (512x1x1). Calculated output size: (512x0x0). Output size is too small", Want::Shape(ShapeKind::Other)),
+        ("RuntimeError: 0D or 1D target tensor expected, multi-target not supported", Want::Shape(ShapeKind::Other)),
+        ("tensorflow.python.framework.errors_impl.InvalidArgumentError: Incompatible shapes: [32,10] vs. [32,5]", Want::Shape(ShapeKind::Broadcast)),
+        ("InvalidArgumentError: Matrix size-incompatible: In[0]: [32,784], In[1]: [512,10] [Op:MatMul]", Want::Shape(ShapeKind::Matmul)),
+        ("TypeError: dot_general requires contracting dimensions to have the same shape, got (3,) and (4,).", Want::Shape(ShapeKind::Matmul)),
+        ("RuntimeError: CUDA error: CUBLAS_STATUS_EXECUTION_FAILED when calling `cublasSgemm( handle, opa, opb, m, n, k, &alpha, a, lda, b, ldb, &beta, c, ldc)`", Want::Known(K::CublasError)),
+        ("RuntimeError: CUDA error: CUBLAS_STATUS_NOT_INITIALIZED when calling `cublasCreate(handle)`", Want::Known(K::CublasError)),
+        ("RuntimeError: Unable to find a valid cuDNN algorithm to run convolution", Want::Known(K::CudnnError)),
+        ("RuntimeError: CUDA error: invalid device ordinal", Want::Known(K::InvalidDeviceOrdinal)),
+        ("RuntimeError: CUDA error: CUDA-capable device(s) is/are busy or unavailable", Want::Known(K::DeviceBusy)),
+        ("RuntimeError: CUDA error: unknown error", Want::Known(K::CudaInit)),
+        ("UserWarning: CUDA initialization: CUDA unknown error - this may be due to an incorrectly set up environment, e.g. changing env variable CUDA_VISIBLE_DEVICES after program start.", Want::Known(K::CudaInit)),
+        ("RuntimeError: CUDA error: the launch timed out and was terminated", Want::Known(K::LaunchFailure)),
+        ("RuntimeError: CUDA error: misaligned address", Want::Known(K::LaunchFailure)),
+        ("RuntimeError: NCCL Error 2: unhandled system error", Want::Known(K::NcclError)),
+        ("RuntimeError: NCCL communicator was aborted on rank 1. Original reason for failure was: [Rank 1] Watchdog caught collective operation timeout", Want::Known(K::NcclTimeout)),
+        ("RuntimeError: Timed out initializing process group in store based barrier on rank: 0, for key: store_based_barrier_key:1", Want::Known(K::NcclTimeout)),
+        ("AssertionError: Torch not compiled with CUDA enabled", Want::Known(K::NotCompiledWithCuda)),
+        ("RuntimeError: Attempting to deserialize object on a CUDA device but torch.cuda.is_available() is False. If you are running on a CPU-only machine, please use torch.load with map_location=torch.device('cpu')", Want::Known(K::CudaDeserialize)),
+        ("RuntimeError: CUDA error: CUDA driver version is insufficient for CUDA runtime version", Want::Known(K::DriverTooOld)),
+        ("RuntimeError: Unexpected error from cudaGetDeviceCount(). Error 804: forward compatibility was attempted on non supported HW", Want::Known(K::DriverTooOld)),
+        ("RuntimeError: CUDA driver initialization failed, you might not have a CUDA gpu.", Want::Known(K::NoGpu)),
+        ("RuntimeError: CUDA error: no CUDA-capable device is detected", Want::Known(K::NoGpu)),
+        ("RuntimeError: HIP error: invalid device function", Want::Known(K::NoKernelImage)),
+        ("UserWarning: NVIDIA GeForce RTX 5090 with CUDA capability sm_120 is not compatible with the current PyTorch installation.", Want::Known(K::NoKernelImage)),
+        ("RuntimeError: Found dtype Long but expected Float", Want::Known(K::DtypeMismatch)),
+        ("RuntimeError: Input type (torch.cuda.HalfTensor) and weight type (torch.cuda.FloatTensor) should be the same", Want::Known(K::DtypeMismatch)),
+        ("IndexError: Target 10 is out of bounds.", Want::Known(K::IndexOutOfRange)),
+        ("IndexError: index out of range in self", Want::Known(K::IndexOutOfRange)),
+        ("RuntimeError: DataLoader worker (pid 4242) is killed by signal: Killed.", Want::Known(K::HostOutOfMemory)),
+        ("RuntimeError: DataLoader worker (pid 4242) is killed by signal: Bus error. It is possible that dataloader's workers are out of shared memory. Please try to raise your shared memory limit.", Want::Known(K::SharedMemory)),
+        ("Killed", Want::Known(K::HostOutOfMemory)),
+        ("RuntimeError: Error(s) in loading state_dict for Net: Missing key(s) in state_dict: \"conv1.weight\".", Want::Known(K::StateDictKeys)),
+        ("RuntimeError: Trying to backward through the graph a second time", Want::Unknown),
+        ("RuntimeError: element 0 of tensors does not require grad and does not have a grad_fn", Want::Unknown),
+        ("INFO: Using backend nccl with size 8 on device cuda:0", Want::Unknown),
+    ];
+    for (line, want) in cases {
+        let got = analyze(line).failure;
+        let ok = match (want, &got) {
+            (Want::Oom(fw), Failure::OutOfMemory(f)) => f.framework == *fw,
+            (Want::Dev, Failure::DeviceMismatch(_)) | (Want::Unknown, Failure::Unknown) => true,
+            (Want::Shape(k), Failure::ShapeMismatch(f)) => f.kind == *k,
+            (Want::Known(k), Failure::Known(g, _)) => g == k,
+            _ => false,
+        };
+        assert!(ok, "{line}\n  want {want:?}\n  got  {got:?}");
+    }
+}

@@ -142,7 +142,12 @@ const PHRASES: &[&str] = &[
     "CUDA-capable", "NVIDIA driver", "NVIDIA-SMI", "CUDA gpu", "invalid device ordinal",
     "busy or unavailable", "unknown error", "initialization error", "CPUAllocator",
     "killed by signal", "bad_alloc", "shared memory", "(shm)", "Bus error", "bus error",
-    "scalar type", "same dtype", "found dtype", "bias type", "index out of range",
+    "scalar type", "same dtype", "found dtype", "Found dtype", "is out of bounds", "Killed",
+    "SIGKILL", "exitcode", "launch timed out", "hipErrorNoBinaryForGpu", "display driver",
+    "Timed out initializing", "Cuda failure", "cudaMalloc failed", "cache blocks",
+    "KV cache", "Dst tensor is not initialized", "valid cuDNN algorithm", "expanded size",
+    "target tensor expected", "multi-target", "Output size is too small", "MPS device",
+    "to numpy", "Backend, but got", "must be on the current device", "bias type", "index out of range",
     "out of bounds for dimension", "key(s) in state_dict", "illegal memory access",
     "illegal instruction", "launch failure", "misaligned address", "CUDNN_STATUS",
     "cuDNN error", "CUBLAS_STATUS", "cuBLAS error", "Watchdog", "collective operation",
@@ -229,6 +234,11 @@ static DEV_EXPECTED: LazyLock<Regex> =
 static DEV_GENERATOR: LazyLock<Regex> = LazyLock::new(|| {
     re(r"Expected a '(\w+)' device type for generator but found '(\w+)'")
 });
+static DEV_BACKEND: LazyLock<Regex> = LazyLock::new(|| {
+    re(r"Expected tensor to have (\w+) Backend, but got tensor with (\w+) Backend(?: \(while checking arguments for (\w+)\))?")
+});
+static DEV_NUMPY: LazyLock<Regex> =
+    LazyLock::new(|| re(r"can't convert ([\w:]+) device type tensor to numpy"));
 static DEV_DP: LazyLock<Regex> = LazyLock::new(|| {
     re(r"module must have its parameters and buffers on device ([\w:]+) \(device_ids\[0\]\) but found one of them on device: ([\w:]+)")
 });
@@ -346,6 +356,26 @@ fn device_mismatch(line: &str) -> Option<(Failure, u8)> {
             None,
         );
     }
+    if let Some(c) = DEV_BACKEND.captures(line) {
+        return facts(
+            vec![c[1].to_ascii_lowercase(), c[2].to_ascii_lowercase()],
+            None,
+            c.get(3).map(|m| m.as_str().to_string()),
+        );
+    }
+    if let Some(c) = DEV_NUMPY.captures(line) {
+        return facts(
+            vec![clean_device(&c[1]), "cpu".to_string()],
+            None,
+            Some("numpy".to_string()),
+        );
+    }
+    if line.contains("Placeholder storage has not been allocated on MPS device") {
+        return facts(vec!["cpu".to_string(), "mps".to_string()], None, None);
+    }
+    if line.contains("Input, output and indices must be on the current device") {
+        return facts(Vec::new(), Some("indices".to_string()), None);
+    }
     if let Some(c) = DEV_DP.captures(line) {
         return facts(vec![clean_device(&c[1]), clean_device(&c[2])], None, None);
     }
@@ -386,6 +416,12 @@ static SH_BROADCAST: LazyLock<Regex> = LazyLock::new(|| {
 });
 static SH_TF_BROADCAST: LazyLock<Regex> = LazyLock::new(|| {
     re(r"Incompatible shapes(?: for broadcasting)?: (?:shapes=\[)?(\[[\d, ]{0,80}\]|\([\d, ]{0,80}\)),? (?:vs\. )?(\[[\d, ]{0,80}\]|\([\d, ]{0,80}\))")
+});
+static SH_EXPAND: LazyLock<Regex> = LazyLock::new(|| {
+    re(r"The expanded size of the tensor \((\d+)\) must match the existing size \((\d+)\) at non-singleton dimension (-?\d+)\.\s*Target sizes: (\[[-\d, ]{0,80}\])\.\s*Tensor sizes: (\[[\d, ]{0,80}\])")
+});
+static SH_POOL: LazyLock<Regex> = LazyLock::new(|| {
+    re(r"Given input size: (\([\dx]{1,60}\))\. Calculated output size: (\([\dx-]{1,60}\))\. Output size is too small")
 });
 static SH_VIEW: LazyLock<Regex> =
     LazyLock::new(|| re(r"shape '(\[[-\d, ]{0,200}\])' is invalid for input of size (\d+)"));
@@ -482,6 +518,22 @@ fn shape_mismatch(line: &str) -> Option<ShapeFacts> {
             c[3].parse().ok(),
         ));
     }
+    if let Some(c) = SH_EXPAND.captures(line) {
+        return Some(shape(
+            ShapeKind::Broadcast,
+            vec![c[4].to_string(), c[5].to_string()],
+            vec![num(&c[1]), num(&c[2])],
+            c[3].parse().ok(),
+        ));
+    }
+    if let Some(c) = SH_POOL.captures(line) {
+        return Some(shape(ShapeKind::Other, vec![c[1].to_string(), c[2].to_string()], vec![], None));
+    }
+    if line.contains("0D or 1D target tensor expected, multi-target not supported")
+        || line.contains("multi-target not supported")
+    {
+        return Some(shape(ShapeKind::Other, vec![], vec![], None));
+    }
     if let Some(c) = SH_TF_BROADCAST.captures(line) {
         return Some(shape(ShapeKind::Broadcast, vec![c[1].to_string(), c[2].to_string()], vec![], None));
     }
@@ -558,7 +610,7 @@ static OOM_HEAD: LazyLock<Regex> = LazyLock::new(|| {
         r"(?P<jax>RESOURCE_EXHAUSTED|Resource exhausted: Out of memory|XlaRuntimeError: .{0,40}[Oo]ut of memory)|",
         r"(?P<mps>MPS backend out of memory)|",
         r"(?P<bfc>ran out of memory trying to allocate)|",
-        r"(?P<generic>OutOfMemoryError|Out of memory allocating)"
+        r"(?P<generic>OutOfMemoryError|Out of memory allocating|cuda runtime error \(2\) : out of memory|error=2 : out of memory|Cuda failure 'out of memory'|cudaMalloc failed: out of memory|Dst tensor is not initialized|No available memory for the cache blocks|larger than the maximum number of tokens that can be stored in KV cache)"
     ))
 });
 
@@ -566,7 +618,7 @@ static GPU_NO: LazyLock<Regex> = LazyLock::new(|| {
     re(r"\(GPU (\d+);|GPU (\d+) has a total capac|device:GPU:(\d+)|GPU_(\d+)_bfc|on device (\d+)|device ordinal (\d+)|Device (\d+) has")
 });
 static REQ: LazyLock<Regex> = LazyLock::new(|| {
-    sized(r"(?:Tried to allocate|[Tt]rying to allocate|Attempting to allocate|Failed to allocate request for|[Ff]ailed to allocate|Out of memory allocating|[Oo]ut of memory while trying to allocate) {SIZE}")
+    sized(r"(?:Tried to allocate|[Tt]rying to allocate|Attempting to allocate|Failed to allocate request for|[Ff]ailed to allocate|Out of memory allocating|[Oo]ut of memory while trying to allocate|allocating) {SIZE}")
 });
 static EXACT_BYTES: LazyLock<Regex> =
     LazyLock::new(|| re(r"\((?:rounded to )?(\d+)(?:B| bytes)?\)"));
@@ -628,6 +680,7 @@ fn out_of_memory(line: &str) -> Option<(Failure, u8)> {
         rank = RANK_OOM_WARNING;
         Framework::TensorFlow
     } else if has("OOM when allocating")
+        || has("Dst tensor is not initialized")
         || has("tensorflow")
         || has("ResourceExhaustedError")
         || has("from device:")
@@ -641,6 +694,7 @@ fn out_of_memory(line: &str) -> Option<(Failure, u8)> {
         Framework::Jax
     } else if has("CUDA out of memory")
         || has("XPU out of memory")
+        || has("THC")
         || has("torch")
         || has("RuntimeError")
         || line.starts_with("CUDA error")
@@ -759,26 +813,27 @@ static KNOWN: LazyLock<Vec<(Regex, KnownFailure, u8)>> = LazyLock::new(|| {
     use KnownFailure as K;
     [
         (r"(?i)device-side assert(?:ion)? triggered|cudaErrorAssert|CUDA_ERROR_ASSERT", K::DeviceSideAssert, RANK_ROOT),
-        (r"(?i)no kernel image is available|cudaErrorNoKernelImageForDevice|invalid device function|CUDA_ERROR_NO_BINARY_FOR_GPU|is not compatible with the current PyTorch installation", K::NoKernelImage, RANK_ENV),
-        (r"(?i)NVIDIA driver on your system is too old|driver version is insufficient for CUDA runtime|cudaErrorInsufficientDriver|CUDA_ERROR_SYSTEM_DRIVER_MISMATCH|forward compatibility was attempted on non supported HW", K::DriverTooOld, RANK_ENV),
+        (r"(?i)no kernel image is available|cudaErrorNoKernelImageForDevice|invalid device function|CUDA_ERROR_NO_BINARY_FOR_GPU|hipErrorNoBinaryForGpu|is not compatible with the current PyTorch installation", K::NoKernelImage, RANK_ENV),
+        (r"(?i)NVIDIA driver on your system is too old|driver version is insufficient for CUDA runtime|cudaErrorInsufficientDriver|CUDA_ERROR_SYSTEM_DRIVER_MISMATCH|forward compatibility was attempted on non supported HW|unsupported display driver / cuda driver combination", K::DriverTooOld, RANK_ENV),
         (r"(?i)uncorrectable ECC error|cudaErrorECCUncorrectable|CUDA_ERROR_ECC_UNCORRECTABLE", K::EccError, RANK_ENV),
         (r"Torch not compiled with CUDA enabled", K::NotCompiledWithCuda, RANK_ENV),
         (r"Attempting to deserialize object on (?:a )?CUDA device", K::CudaDeserialize, RANK_ENV),
         (r"(?i)found no NVIDIA driver|No CUDA GPUs are available|no CUDA-capable device is detected|cudaErrorNoDevice|CUDA_ERROR_NO_DEVICE|you might not have a CUDA gpu|NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver", K::NoGpu, RANK_ENV),
         (r"(?i)invalid device ordinal|cudaErrorInvalidDevice\b|CUDA_ERROR_INVALID_DEVICE", K::InvalidDeviceOrdinal, RANK_ENV),
-        (r"(?i)CUDA-capable device\(s\) (?:is|are) busy or unavailable|cudaErrorDevicesUnavailable", K::DeviceBusy, RANK_ENV),
-        (r"(?i)CUDA unknown error|cudaErrorUnknown|CUDA error: initialization error|cudaErrorInitializationError|CUDA_ERROR_NOT_INITIALIZED", K::CudaInit, RANK_ENV),
-        (r"(?i)DefaultCPUAllocator: (?:can't allocate memory|not enough memory)|DataLoader worker \(pid\(?s?\)? ?[\d, ]*\)? is killed by signal: Killed|std::bad_alloc", K::HostOutOfMemory, RANK_HOST),
+        (r"(?i)CUDA-capable device\(s\) (?:is/are|is|are) busy or unavailable|cudaErrorDevicesUnavailable", K::DeviceBusy, RANK_ENV),
+        (r"(?i)CUDA unknown error|CUDA error: unknown error|cudaErrorUnknown|CUDA error: initialization error|cudaErrorInitializationError|CUDA_ERROR_NOT_INITIALIZED", K::CudaInit, RANK_ENV),
+        (r"(?i)DefaultCPUAllocator: (?:can't allocate memory|not enough memory)|^Killed$|Signal 9 \(SIGKILL\) received|exitcode\s*:\s*-9\b|DataLoader worker \(pid\(?s?\)? ?[\d, ]*\)? is killed by signal: Killed|std::bad_alloc", K::HostOutOfMemory, RANK_HOST),
         (r"(?i)insufficient shared memory \(shm\)|unable to (?:write to file|open shared memory object)|DataLoader worker .{0,40}killed by signal: Bus error|bus error", K::SharedMemory, RANK_HOST),
-        (r"expected scalar type \w+ but found \w+|expected (?:mat1 and mat2|m1 and m2) to have the same dtype|found dtype \w+ but expected \w+|Expected object of scalar type \w+ but got scalar type|and bias type .{0,60} should be the same|must have the same dtype", K::DtypeMismatch, RANK_ROOT),
-        (r"index out of range in self|IndexError: index \d+ is out of bounds for dimension", K::IndexOutOfRange, RANK_ROOT),
-        (r"(?:Missing|Unexpected) key\(s\) in state_dict", K::StateDictKeys, RANK_ROOT),
+        (r"expected scalar type \w+ but found \w+|expected (?:mat1 and mat2|m1 and m2) to have the same dtype|[Ff]ound dtype \w+ but expected \w+|Expected object of scalar type \w+ but got scalar type|and bias type .{0,60} should be the same|must have the same dtype", K::DtypeMismatch, RANK_ROOT),
+        (r"index out of range in self|index \d+ is out of bounds for dimension|Target -?\d+ is out of bounds", K::IndexOutOfRange, RANK_ROOT),
+        // Below the shape ranks so a `size mismatch for` in the same message wins.
+        (r"(?:Missing|Unexpected) key\(s\) in state_dict", K::StateDictKeys, RANK_ROOT - 2),
         (r"(?i)an illegal memory access was encountered|cudaErrorIllegalAddress|CUDA_ERROR_ILLEGAL_ADDRESS", K::IllegalMemoryAccess, RANK_ILLEGAL),
-        (r"(?i)unspecified launch failure|misaligned address|an illegal instruction was encountered|cudaErrorLaunchFailure|CUDA_ERROR_LAUNCH_FAILED", K::LaunchFailure, RANK_ILLEGAL),
-        (r"CUDNN_STATUS_\w+|cuDNN error", K::CudnnError, RANK_LIB),
+        (r"(?i)unspecified launch failure|misaligned address|the launch timed out and was terminated|an illegal instruction was encountered|cudaErrorLaunchFailure|CUDA_ERROR_LAUNCH_FAILED", K::LaunchFailure, RANK_ILLEGAL),
+        (r"CUDNN_STATUS_\w+|cuDNN error|Unable to find a valid cuDNN algorithm", K::CudnnError, RANK_LIB),
         (r"CUBLAS_STATUS_\w+|cuBLAS error", K::CublasError, RANK_LIB),
-        (r"(?i)Watchdog caught collective operation timeout|collective operation timeout|NCCL communicator was aborted|ProcessGroupNCCL.{0,80}timed out|DistStoreError: .{0,60}timed? ?out|Socket Timeout", K::NcclTimeout, RANK_NCCL_TIMEOUT),
-        (r"NCCL error|ncclUnhandledCudaError|ncclSystemError|ncclInternalError|ncclInvalidArgument|ncclInvalidUsage|ncclRemoteError|unhandled system error, NCCL version|DistBackendError", K::NcclError, RANK_NCCL),
+        (r"(?i)Watchdog caught collective operation timeout|collective operation timeout|NCCL communicator was aborted|ProcessGroupNCCL.{0,80}timed out|DistStoreError: .{0,60}timed? ?out|Socket Timeout|Timed out initializing process group", K::NcclTimeout, RANK_NCCL_TIMEOUT),
+        (r"(?i:NCCL error)|ncclUnhandledCudaError|ncclSystemError|ncclInternalError|ncclInvalidArgument|ncclInvalidUsage|ncclRemoteError|unhandled system error, NCCL version|DistBackendError", K::NcclError, RANK_NCCL),
     ]
     .into_iter()
     .map(|(p, k, r)| (re(p), k, r))

@@ -36,11 +36,11 @@ fn log(mib: usize) -> String {
 }
 
 fn bench(c: &mut Criterion) {
-    let text = log(32);
+    let text = log(100);
     let mut group = c.benchmark_group("triage");
     group.throughput(Throughput::Bytes(text.len() as u64));
     group.sample_size(10);
-    group.bench_function("scanner over a 32 MiB training log", |b| {
+    group.bench_function("scanner over a 100 MiB training log", |b| {
         b.iter(|| {
             let mut scanner = Scanner::new();
             for line in black_box(&text).split('\n') {

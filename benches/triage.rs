@@ -20,13 +20,19 @@ fn log(mib: usize) -> String {
             step % 60,
             1.0 / (step as f64)
         );
-        if step % 7 == 0 {
-            let _ = writeln!(s, "\r 45%|████▌     | 450/1000 [00:12<00:15, 36.1it/s]\r 46%|████▋     | 460/1000 [00:12<00:14, 36.2it/s]");
+        if step.is_multiple_of(7) {
+            let _ = writeln!(
+                s,
+                "\r 45%|████▌     | 450/1000 [00:12<00:15, 36.1it/s]\r 46%|████▋     | 460/1000 [00:12<00:14, 36.2it/s]"
+            );
         }
-        if step % 11 == 0 {
-            let _ = writeln!(s, "\x1b[33mWARNING\x1b[0m torch/utils/data/dataloader.py:557: UserWarning: This DataLoader will create 8 worker processes in total.");
+        if step.is_multiple_of(11) {
+            let _ = writeln!(
+                s,
+                "\x1b[33mWARNING\x1b[0m torch/utils/data/dataloader.py:557: UserWarning: This DataLoader will create 8 worker processes in total."
+            );
         }
-        if step % 97 == 0 {
+        if step.is_multiple_of(97) {
             s.push_str("Traceback (most recent call last):\n  File \"/opt/venv/lib/python3.12/site-packages/datasets/load.py\", line 10, in load\n    raise KeyError(k)\nKeyError: 'label'\n");
         }
     }

@@ -1,8 +1,9 @@
 //! The triage corpus: one error text per file under `tests/fixtures/triage/`, each with its
 //! expected class and every fact asserted exactly. Files ending in `-real.txt` are verbatim
 //! output recorded on an H200 with PyTorch 2.11 / JAX (`../shared/data/h200/`); the others are
-//! written from the wordings PyTorch 1.x–2.x, TensorFlow, JAX, ROCm, MPS and `CuPy` print.
+//! written from the wordings PyTorch 1.x–2.x, TensorFlow, JAX, `ROCm`, MPS and `CuPy` print.
 
+use std::fmt::Write as _;
 use std::path::Path;
 
 use gpuwatch::triage::{
@@ -97,7 +98,9 @@ fn shp(kind: ShapeKind, shapes: &[&str], dims: &[u64], dim: Option<i64>) -> Shap
 #[test]
 fn oom_torch_2_11_plain_real() {
     let a = run("oom-torch-2.11-plain-real.txt");
-    let Failure::OutOfMemory(f) = &a.failure else { panic!("{a:?}") };
+    let Failure::OutOfMemory(f) = &a.failure else {
+        panic!("{a:?}")
+    };
     let allocated = 100 * GI;
     assert_eq!(
         *f,
@@ -113,7 +116,10 @@ fn oom_torch_2_11_plain_real() {
             ..facts(Framework::PyTorch)
         }
     );
-    assert_eq!(a.traceback_hint.as_deref(), Some("File \"<string>\", line 1, in <module>"));
+    assert_eq!(
+        a.traceback_hint.as_deref(),
+        Some("File \"<string>\", line 1, in <module>")
+    );
     assert_eq!(a.excerpt.len(), 1);
     assert!(a.excerpt[0].starts_with("torch.OutOfMemoryError: CUDA out of memory."));
 }
@@ -140,7 +146,9 @@ fn oom_torch_2_11_others_real() {
 #[test]
 fn oom_torch_2_11_leak_real() {
     let a = run("oom-torch-2.11-leak-real.txt");
-    let Failure::OutOfMemory(f) = &a.failure else { panic!("{a:?}") };
+    let Failure::OutOfMemory(f) = &a.failure else {
+        panic!("{a:?}")
+    };
     let allocated = sz(11956, GI);
     let unallocated = sz(22487, MI);
     assert_eq!(
@@ -158,7 +166,10 @@ fn oom_torch_2_11_leak_real() {
             ..facts(Framework::PyTorch)
         }
     );
-    assert_eq!(a.traceback_hint.as_deref(), Some("File \"<string>\", line 33, in <module>"));
+    assert_eq!(
+        a.traceback_hint.as_deref(),
+        Some("File \"<string>\", line 33, in <module>")
+    );
 }
 
 #[test]
@@ -332,7 +343,9 @@ fn oom_torch_private_pools() {
 fn oom_wrapped_ansi_crlf() {
     // A logger wrapped the message over four lines, with colour codes and CRLF endings.
     let a = run("oom-wrapped-ansi-crlf.txt");
-    let Failure::OutOfMemory(f) = &a.failure else { panic!("{a:?}") };
+    let Failure::OutOfMemory(f) = &a.failure else {
+        panic!("{a:?}")
+    };
     let allocated = sz(6050, GI);
     assert_eq!(
         *f,
@@ -353,7 +366,11 @@ fn oom_wrapped_ansi_crlf() {
         a.traceback_hint.as_deref(),
         Some("File \"/home/u/proj/train.py\", line 77, in train_step")
     );
-    assert!(a.excerpt.iter().all(|l| !l.contains('\x1b') && !l.contains('\r')));
+    assert!(
+        a.excerpt
+            .iter()
+            .all(|l| !l.contains('\x1b') && !l.contains('\r'))
+    );
     assert_eq!(a.excerpt.len(), 4);
 }
 
@@ -361,7 +378,10 @@ fn oom_wrapped_ansi_crlf() {
 fn oom_bare_cuda_error() {
     let a = run("oom-cuda-error-bare.txt");
     assert_eq!(a.failure, Failure::OutOfMemory(facts(Framework::PyTorch)));
-    assert_eq!(a.excerpt, vec!["RuntimeError: CUDA error: out of memory".to_string()]);
+    assert_eq!(
+        a.excerpt,
+        vec!["RuntimeError: CUDA error: out of memory".to_string()]
+    );
 }
 
 #[test]
@@ -373,20 +393,27 @@ fn oom_cublas_and_cudnn() {
 #[test]
 fn oom_chained_picks_the_original() {
     let a = run("oom-chained.txt");
-    let Failure::OutOfMemory(f) = &a.failure else { panic!("{a:?}") };
+    let Failure::OutOfMemory(f) = &a.failure else {
+        panic!("{a:?}")
+    };
     assert_eq!(f.requested, Some(8 * GI));
     assert_eq!(f.total, Some(sz(2364, GI)));
     assert_eq!(f.free, Some(sz(612, GI)));
     assert_eq!(f.process_total, Some(sz(1751, GI)));
     assert_eq!(f.allocated, Some(sz(1690, GI)));
     assert_eq!(f.reserved_unallocated, Some(sz(14521, MI)));
-    assert_eq!(a.traceback_hint.as_deref(), Some("File \"bench.py\", line 9, in run"));
+    assert_eq!(
+        a.traceback_hint.as_deref(),
+        Some("File \"bench.py\", line 9, in run")
+    );
 }
 
 #[test]
 fn oom_torchrun_beats_the_watchdog_and_child_failed() {
     let a = run("oom-torchrun-then-timeout.txt");
-    let Failure::OutOfMemory(f) = &a.failure else { panic!("{a:?}") };
+    let Failure::OutOfMemory(f) = &a.failure else {
+        panic!("{a:?}")
+    };
     let allocated = sz(3791, GI);
     assert_eq!(
         *f,
@@ -528,18 +555,29 @@ fn oom_rocm_mps_cupy() {
 
 #[test]
 fn device_real() {
-    assert_eq!(device("device-add-real.txt"), dev(&["cuda:0", "cpu"], None, None));
+    assert_eq!(
+        device("device-add-real.txt"),
+        dev(&["cuda:0", "cpu"], None, None)
+    );
     assert_eq!(
         device("device-linear-real.txt"),
         dev(&["cpu", "cuda:0"], Some("mat1"), Some("wrapper_CUDA_addmm"))
     );
     assert_eq!(
         device("device-index-real.txt"),
-        dev(&["cpu", "cuda:0"], Some("index"), Some("wrapper_CUDA__index_select"))
+        dev(
+            &["cpu", "cuda:0"],
+            Some("index"),
+            Some("wrapper_CUDA__index_select")
+        )
     );
     assert_eq!(
         device("device-loss-target-real.txt"),
-        dev(&["cpu", "cuda:0"], Some("target"), Some("wrapper_CUDA_nll_loss_forward"))
+        dev(
+            &["cpu", "cuda:0"],
+            Some("target"),
+            Some("wrapper_CUDA_nll_loss_forward")
+        )
     );
 }
 
@@ -557,7 +595,10 @@ fn device_older_wordings() {
         device("device-object-type-old.txt"),
         dev(&["cuda", "cpu"], Some("self"), Some("_th_addmm"))
     );
-    assert_eq!(device("device-rnn-hidden.txt"), dev(&["cuda:0", "cpu"], Some("hidden"), None));
+    assert_eq!(
+        device("device-rnn-hidden.txt"),
+        dev(&["cuda:0", "cpu"], Some("hidden"), None)
+    );
     assert_eq!(
         device("device-while-checking.txt"),
         dev(&["cpu", "cuda"], Some("mat1"), Some("addmm"))
@@ -569,14 +610,31 @@ fn device_older_wordings() {
 #[test]
 fn shape_real() {
     use ShapeKind as K;
-    assert_eq!(shape("shape-matmul-real.txt"), shp(K::Matmul, &["64x256", "512x10"], &[256, 512], None));
-    assert_eq!(shape("shape-batch-real.txt"), shp(K::BatchSize, &[], &[64, 32], None));
+    assert_eq!(
+        shape("shape-matmul-real.txt"),
+        shp(K::Matmul, &["64x256", "512x10"], &[256, 512], None)
+    );
+    assert_eq!(
+        shape("shape-batch-real.txt"),
+        shp(K::BatchSize, &[], &[64, 32], None)
+    );
     assert_eq!(shape("shape-cat-real.txt"), shp(K::Cat, &[], &[3, 4], None));
-    assert_eq!(shape("shape-broadcast-real.txt"), shp(K::Broadcast, &[], &[5, 6], Some(1)));
-    assert_eq!(shape("shape-view-real.txt"), shp(K::View, &["[3, 7]"], &[20], None));
+    assert_eq!(
+        shape("shape-broadcast-real.txt"),
+        shp(K::Broadcast, &[], &[5, 6], Some(1))
+    );
+    assert_eq!(
+        shape("shape-view-real.txt"),
+        shp(K::View, &["[3, 7]"], &[20], None)
+    );
     assert_eq!(
         shape("shape-conv-channels-real.txt"),
-        shp(K::ConvChannels, &["[8, 3, 3, 3]", "[1, 1, 8, 8]"], &[3, 1], None)
+        shp(
+            K::ConvChannels,
+            &["[8, 3, 3, 3]", "[1, 1, 8, 8]"],
+            &[3, 1],
+            None
+        )
     );
 }
 
@@ -591,15 +649,32 @@ fn shape_wordings() {
         shape("shape-matmul-old.txt"),
         shp(K::Matmul, &["64x9216", "4608x128"], &[9216, 4608], None)
     );
-    assert_eq!(shape("shape-batch.txt"), shp(K::BatchSize, &[], &[32, 64], None));
+    assert_eq!(
+        shape("shape-batch.txt"),
+        shp(K::BatchSize, &[], &[32, 64], None)
+    );
     assert_eq!(shape("shape-cat.txt"), shp(K::Cat, &[], &[3, 4], None));
-    assert_eq!(shape("shape-cat-old.txt"), shp(K::Cat, &[], &[3, 4], Some(1)));
-    assert_eq!(shape("shape-broadcast.txt"), shp(K::Broadcast, &[], &[3, 4], Some(1)));
-    assert_eq!(shape("shape-view.txt"), shp(K::View, &["[-1, 400]"], &[1000], None));
+    assert_eq!(
+        shape("shape-cat-old.txt"),
+        shp(K::Cat, &[], &[3, 4], Some(1))
+    );
+    assert_eq!(
+        shape("shape-broadcast.txt"),
+        shp(K::Broadcast, &[], &[3, 4], Some(1))
+    );
+    assert_eq!(
+        shape("shape-view.txt"),
+        shp(K::View, &["[-1, 400]"], &[1000], None)
+    );
     assert_eq!(shape("shape-view-stride.txt"), shp(K::View, &[], &[], None));
     assert_eq!(
         shape("shape-conv-channels.txt"),
-        shp(K::ConvChannels, &["[64, 3, 7, 7]", "[1, 4, 224, 224]"], &[3, 4], None)
+        shp(
+            K::ConvChannels,
+            &["[64, 3, 7, 7]", "[1, 4, 224, 224]"],
+            &[3, 4],
+            None
+        )
     );
     assert_eq!(
         shape("shape-stack.txt"),
@@ -635,7 +710,11 @@ fn known_failures() {
     for (name, kind) in cases {
         let (k, line) = known(name);
         assert_eq!(k, kind, "{name}");
-        assert_eq!(line, text(name).lines().next().unwrap_or_default().trim(), "{name}");
+        assert_eq!(
+            line,
+            text(name).lines().next().unwrap_or_default().trim(),
+            "{name}"
+        );
     }
 }
 
@@ -656,7 +735,10 @@ fn device_side_assert_beats_the_later_illegal_access() {
              block: [0,0,0], thread: [5,0,0] Assertion `t >= 0 && t < n_classes` failed."
         )
     );
-    assert_eq!(a.traceback_hint.as_deref(), Some("File \"train.py\", line 55, in <module>"));
+    assert_eq!(
+        a.traceback_hint.as_deref(),
+        Some("File \"train.py\", line 55, in <module>")
+    );
 }
 
 #[test]
@@ -679,18 +761,24 @@ fn unknown_keeps_the_root_of_a_chain_and_skips_the_agent() {
     let a = analyze(chained);
     assert_eq!(a.failure, Failure::Unknown);
     assert_eq!(a.excerpt, vec!["KeyError: 'x'".to_string()]);
-    assert_eq!(a.traceback_hint.as_deref(), Some("File \"a.py\", line 3, in f"));
+    assert_eq!(
+        a.traceback_hint.as_deref(),
+        Some("File \"a.py\", line 3, in f")
+    );
     let torchrun = "[rank0]: Traceback (most recent call last):\n[rank0]:   File \"t.py\", line 9, \
                     in <module>\n[rank0]: AssertionError: bad config\nE1129 api.py:869] failed \
                     (exitcode: 1)\ntorch.distributed.elastic.multiprocessing.errors.\
                     ChildFailedError: \n";
     let a = analyze(torchrun);
     assert_eq!(a.excerpt, vec!["AssertionError: bad config".to_string()]);
-    assert_eq!(a.traceback_hint.as_deref(), Some("File \"t.py\", line 9, in <module>"));
+    assert_eq!(
+        a.traceback_hint.as_deref(),
+        Some("File \"t.py\", line 9, in <module>")
+    );
     // A frame from an earlier traceback does not stick to an error printed much later.
     let mut late = String::from(chained);
     for i in 0..20 {
-        late.push_str(&format!("step {i}\n"));
+        let _ = writeln!(late, "step {i}");
     }
     late.push_str("RuntimeError: CUDA error: an illegal memory access was encountered\n");
     assert_eq!(analyze(&late).traceback_hint, None);
@@ -702,8 +790,15 @@ fn every_fixture_is_asserted() {
     let this = include_str!("triage_corpus.rs");
     let mut count = 0;
     for entry in std::fs::read_dir(dir).expect("fixtures dir") {
-        let name = entry.expect("entry").file_name().to_string_lossy().into_owned();
-        assert!(this.contains(&format!("\"{name}\"")), "{name} is not asserted");
+        let name = entry
+            .expect("entry")
+            .file_name()
+            .to_string_lossy()
+            .into_owned();
+        assert!(
+            this.contains(&format!("\"{name}\"")),
+            "{name} is not asserted"
+        );
         count += 1;
     }
     assert!(count >= 40, "only {count} fixtures");
@@ -725,7 +820,11 @@ fn dump_diagnoses() {
         "unknown-keyerror.txt",
     ] {
         let d = gpuwatch::triage::diagnose(&run(name), None);
-        println!("==== {name} {:?}\n{}", d.case, gpuwatch::triage::render_text(&d));
+        println!(
+            "==== {name} {:?}\n{}",
+            d.case,
+            gpuwatch::triage::render_text(&d)
+        );
     }
 }
 
@@ -756,10 +855,11 @@ fn h200(index: u32, used: u64, processes: Vec<ProcView>) -> GpuView {
 }
 
 fn all_fix_text(d: &gpuwatch::triage::Diagnosis) -> String {
-    d.fixes
-        .iter()
-        .map(|f| format!("{}\n{}\n", f.title, f.detail))
-        .collect()
+    let mut s = String::new();
+    for f in &d.fixes {
+        let _ = writeln!(s, "{}\n{}", f.title, f.detail);
+    }
+    s
 }
 
 #[test]
@@ -789,8 +889,16 @@ fn diagnose_external_pressure_names_the_pid_and_the_gpu_with_room() {
     assert!(d.headline.contains("pid 902"), "{}", d.headline);
     assert!(d.headline.contains("51.02 GiB"), "{}", d.headline);
     assert_eq!(d.fixes[0].title, "Use GPU 2: it has 119.80 GiB free");
-    assert!(d.fixes[0].detail.contains("CUDA_VISIBLE_DEVICES=GPU-00000002"));
-    assert!(d.fixes[1].detail.contains("user alice: python hold.py --big"));
+    assert!(
+        d.fixes[0]
+            .detail
+            .contains("CUDA_VISIBLE_DEVICES=GPU-00000002")
+    );
+    assert!(
+        d.fixes[1]
+            .detail
+            .contains("user alice: python hold.py --big")
+    );
     assert!(!all_fix_text(&d).contains("expandable_segments"));
     // From the text alone: the same case, with `gpuwatch pick` instead of a named GPU.
     let d = diagnose(&a, None);
@@ -803,7 +911,11 @@ fn diagnose_fragmentation_real() {
     let d = diagnose(&run("oom-torch-2.11-fragmentation-real.txt"), None);
     assert_eq!(d.case, Case::Fragmentation);
     assert!(d.headline.contains("57.55 GiB"), "{}", d.headline);
-    assert!(d.fixes[0].detail.contains("PYTORCH_ALLOC_CONF=expandable_segments:True"));
+    assert!(
+        d.fixes[0]
+            .detail
+            .contains("PYTORCH_ALLOC_CONF=expandable_segments:True")
+    );
     assert!(d.fixes[0].detail.contains("PYTORCH_CUDA_ALLOC_CONF"));
     // The same workload with expandable segments: 0 bytes unallocated, no fragmentation.
     let d = diagnose(&run("oom-torch-2.11-expandable-real.txt"), None);
@@ -817,7 +929,11 @@ fn diagnose_own_tensors_with_batch_estimates_a_smaller_batch() {
     let ctx = Context {
         job_pids: vec![77],
         batch_size: Some(64),
-        gpus: vec![h200(0, sz(10051, GI), vec![proc(77, sz(10051, GI), "me", "python train.py", true)])],
+        gpus: vec![h200(
+            0,
+            sz(10051, GI),
+            vec![proc(77, sz(10051, GI), "me", "python train.py", true)],
+        )],
         ..Context::default()
     };
     let d = diagnose(&a, Some(&ctx));
@@ -825,11 +941,18 @@ fn diagnose_own_tensors_with_batch_estimates_a_smaller_batch() {
     // ⌊64 × 0.9 × (139.80 − 0.51 overhead) ÷ (100.00 + 60.00 + 0.51)⌋ = ⌊49.98⌋
     assert_eq!(d.suggested_batch, Some(49));
     assert_eq!(d.fixes[0].title, "Reduce the per-device batch to 49");
-    assert!(d.fixes[1].detail.contains("Accumulate 2 steps of 49 for an effective batch of 98"));
+    assert!(
+        d.fixes[1]
+            .detail
+            .contains("Accumulate 2 steps of 49 for an effective batch of 98")
+    );
     assert!(d.fixes[2].title.contains("mixed precision"));
     assert!(d.fixes[3].title.contains("checkpointing"));
     assert!(!all_fix_text(&d).contains("expandable_segments"));
-    assert!(!all_fix_text(&d).contains("empty_cache"), "nothing is cached here");
+    assert!(
+        !all_fix_text(&d).contains("empty_cache"),
+        "nothing is cached here"
+    );
 }
 
 #[test]
@@ -860,14 +983,20 @@ fn diagnose_container_pid_is_the_job() {
         job_pids: vec![41],
         gpus: vec![GpuView {
             total: sz(7915, GI),
-            ..h200(0, sz(7913, GI), vec![proc(41, sz(7913, GI), "me", "python train.py", true)])
+            ..h200(
+                0,
+                sz(7913, GI),
+                vec![proc(41, sz(7913, GI), "me", "python train.py", true)],
+            )
         }],
         ..Context::default()
     };
     for d in [diagnose(&a, Some(&ctx)), diagnose(&a, None)] {
         assert_ne!(d.case, Case::ExternalPressure, "{}", d.headline);
         assert!(
-            d.facts.iter().any(|f| f.starts_with("Process 2315 in the message")),
+            d.facts
+                .iter()
+                .any(|f| f.starts_with("Process 2315 in the message")),
             "{:?}",
             d.facts
         );
@@ -875,7 +1004,11 @@ fn diagnose_container_pid_is_the_job() {
     // With a context whose job pid matches nothing and whose memory differs, 2315 is external.
     let ctx = Context {
         job_pids: vec![41],
-        gpus: vec![h200(0, sz(7913, GI), vec![proc(41, GI, "me", "python train.py", true)])],
+        gpus: vec![h200(
+            0,
+            sz(7913, GI),
+            vec![proc(41, GI, "me", "python train.py", true)],
+        )],
         ..Context::default()
     };
     let d = diagnose(&a, Some(&ctx));
@@ -895,7 +1028,11 @@ fn diagnose_unattributed_memory_is_external() {
     let ctx = Context {
         job_pids: vec![77],
         gpus: vec![
-            h200(0, job + 60 * GI, vec![proc(77, job, "me", "python train.py", true)]),
+            h200(
+                0,
+                job + 60 * GI,
+                vec![proc(77, job, "me", "python train.py", true)],
+            ),
             h200(1, GI, vec![]),
         ],
         cuda_visible_devices: Some("0".to_string()),
@@ -903,7 +1040,11 @@ fn diagnose_unattributed_memory_is_external() {
     };
     let d = diagnose(&a, Some(&ctx));
     assert_eq!(d.case, Case::ExternalPressure, "{}", d.headline);
-    assert!(d.headline.contains("60.00 GiB unattributed"), "{}", d.headline);
+    assert!(
+        d.headline.contains("60.00 GiB unattributed"),
+        "{}",
+        d.headline
+    );
     assert_eq!(d.fixes[0].title, "Use GPU 1: it has 138.80 GiB free");
 }
 
@@ -914,7 +1055,12 @@ fn diagnose_device_mismatch_checklist() {
     assert!(d.headline.contains("`mat1`"));
     assert!(d.fixes[0].title.contains("cuda:0"));
     let list = &d.fixes[1].detail;
-    for item in ["model.to(device)", "every batch", "inside forward", "targets"] {
+    for item in [
+        "model.to(device)",
+        "every batch",
+        "inside forward",
+        "targets",
+    ] {
         assert!(list.contains(item), "{item} missing from {list}");
     }
     let d = diagnose(&run("device-input-type.txt"), None);
@@ -926,7 +1072,8 @@ fn diagnose_shape_in_features() {
     let d = diagnose(&run("shape-matmul.txt"), None);
     assert_eq!(d.case, Case::ShapeMismatch);
     assert!(
-        d.headline.contains("expects in_features=4608 but gets 9216"),
+        d.headline
+            .contains("expects in_features=4608 but gets 9216"),
         "{}",
         d.headline
     );
@@ -946,7 +1093,8 @@ fn every_fixture_diagnoses_and_renders() {
         let text = render_text(&d);
         // Only a single unbreakable token (a URL, a path) may run past the width.
         assert!(
-            text.lines().all(|l| l.chars().count() <= 100 || !l.trim().contains(' ')),
+            text.lines()
+                .all(|l| l.chars().count() <= 100 || !l.trim().contains(' ')),
             "{}:\n{text}",
             path.display()
         );
@@ -967,11 +1115,19 @@ fn scanner_streams_a_large_log_in_bounded_memory() {
     let mut max_retained = 0;
     while pushed < MIB << 20 {
         line.clear();
-        use std::fmt::Write as _;
         let _ = match i % 8 {
-            0 => write!(line, "step {i} loss=0.{i} cuda mem alloc=61.22GiB reserved=64.00GiB"),
-            1 => write!(line, "\x1b[33mWARNING\x1b[0m size of batch {i} is odd; dimension ok"),
-            2 => write!(line, "  File \"/opt/venv/lib/python3.12/site-packages/x.py\", line {i}, in f"),
+            0 => write!(
+                line,
+                "step {i} loss=0.{i} cuda mem alloc=61.22GiB reserved=64.00GiB"
+            ),
+            1 => write!(
+                line,
+                "\x1b[33mWARNING\x1b[0m size of batch {i} is odd; dimension ok"
+            ),
+            2 => write!(
+                line,
+                "  File \"/opt/venv/lib/python3.12/site-packages/x.py\", line {i}, in f"
+            ),
             3 => write!(line, "ValueError: bad sample {i}\r"),
             4 => write!(line, "{}", "x".repeat(200)),
             _ => write!(line, "epoch 1 step {i} tokens/s=48211 lr=3e-4"),
@@ -979,7 +1135,7 @@ fn scanner_streams_a_large_log_in_bounded_memory() {
         scanner.push_line(&line);
         pushed += line.len() + 1;
         i += 1;
-        if i % 4096 == 0 {
+        if i.is_multiple_of(4096) {
             max_retained = max_retained.max(scanner.retained_bytes());
         }
     }
@@ -990,20 +1146,38 @@ fn scanner_streams_a_large_log_in_bounded_memory() {
          total capacity of 139.80 GiB of which 5.94 MiB is free.",
     );
     max_retained = max_retained.max(scanner.retained_bytes());
-    assert!(max_retained <= gpuwatch::triage::SCANNER_BOUND, "{max_retained}");
+    assert!(
+        max_retained <= gpuwatch::triage::SCANNER_BOUND,
+        "{max_retained}"
+    );
     let a = scanner.finish();
-    let Failure::OutOfMemory(f) = a.failure else { panic!("{:?}", a.failure) };
+    let Failure::OutOfMemory(f) = a.failure else {
+        panic!("{:?}", a.failure)
+    };
     assert_eq!(f.requested, Some(256 * MI));
-    assert_eq!(a.traceback_hint.as_deref(), Some("File \"train.py\", line 42, in <module>"));
+    assert_eq!(
+        a.traceback_hint.as_deref(),
+        Some("File \"train.py\", line 42, in <module>")
+    );
 }
 
 #[test]
 fn very_long_lines_are_capped() {
-    let long = format!("{}CUDA out of memory. Tried to allocate 1.00 GiB.", "a".repeat(200_000));
+    let long = format!(
+        "{}CUDA out of memory. Tried to allocate 1.00 GiB.",
+        "a".repeat(200_000)
+    );
     let a = analyze(&long);
-    assert_eq!(a.failure, Failure::Unknown, "the message is past the 64 KiB looked at");
+    assert_eq!(
+        a.failure,
+        Failure::Unknown,
+        "the message is past the 64 KiB looked at"
+    );
     let mut scanner = Scanner::new();
-    scanner.push_line(&format!("RuntimeError: CUDA error: out of memory {}", "é".repeat(100_000)));
+    scanner.push_line(&format!(
+        "RuntimeError: CUDA error: out of memory {}",
+        "é".repeat(100_000)
+    ));
     assert!(scanner.retained_bytes() <= gpuwatch::triage::SCANNER_BOUND);
     assert!(matches!(scanner.finish().failure, Failure::OutOfMemory(_)));
 }
@@ -1030,7 +1204,10 @@ mod properties {
             job_pids: vec![1, 2315],
             cuda_visible_devices: Some("1,0".to_string()),
             batch_size: Some(7),
-            gpus: vec![h200(0, GI, vec![]), h200(1, 2 * GI, vec![proc(1, GI, "u", "c", true)])],
+            gpus: vec![
+                h200(0, GI, vec![]),
+                h200(1, 2 * GI, vec![proc(1, GI, "u", "c", true)]),
+            ],
             ..Context::default()
         };
         let _ = render_text(&diagnose(&a, Some(&ctx)));
@@ -1066,6 +1243,7 @@ mod properties {
 // ---- wordings seen in public bug reports, one line each --------------------------------
 
 #[test]
+#[allow(clippy::too_many_lines)]
 fn real_world_variants_classify() {
     use KnownFailure as K;
     #[derive(Debug)]
@@ -1077,71 +1255,260 @@ fn real_world_variants_classify() {
         Unknown,
     }
     let cases: &[(&str, Want)] = &[
-        ("RuntimeError: cuda runtime error (2) : out of memory at /pytorch/aten/src/THC/THCCachingAllocator.cpp:510", Want::Oom(Framework::PyTorch)),
-        ("THCudaCheck FAIL file=/pytorch/aten/src/THC/THCGeneral.cpp line=383 error=2 : out of memory", Want::Oom(Framework::PyTorch)),
-        ("RuntimeError: CUDA out of memory. Tried to allocate 2.00 MiB (GPU 0; 11.17 GiB total capacity; 10.62 GiB already allocated; 832.00 KiB free; 10.66 GiB reserved in total by PyTorch)", Want::Oom(Framework::PyTorch)),
-        ("jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 17179869184 bytes.", Want::Oom(Framework::Jax)),
-        ("E external/xla/xla/pjrt/pjrt_stream_executor_client.cc:2469] Execution of replica 0 failed: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 6.21GiB.", Want::Oom(Framework::Jax)),
-        ("tensorflow.python.framework.errors_impl.InternalError: Failed copying input tensor from /job:localhost/replica:0/task:0/device:CPU:0 to /job:localhost/replica:0/task:0/device:GPU:0 in order to run _EagerConst: Dst tensor is not initialized.", Want::Oom(Framework::TensorFlow)),
-        ("ggml_backend_cuda_buffer_type_alloc_buffer: allocating 4096.00 MiB on device 0: cudaMalloc failed: out of memory", Want::Oom(Framework::Other)),
-        ("ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine.", Want::Oom(Framework::Other)),
+        (
+            "RuntimeError: cuda runtime error (2) : out of memory at /pytorch/aten/src/THC/THCCachingAllocator.cpp:510",
+            Want::Oom(Framework::PyTorch),
+        ),
+        (
+            "THCudaCheck FAIL file=/pytorch/aten/src/THC/THCGeneral.cpp line=383 error=2 : out of memory",
+            Want::Oom(Framework::PyTorch),
+        ),
+        (
+            "RuntimeError: CUDA out of memory. Tried to allocate 2.00 MiB (GPU 0; 11.17 GiB total capacity; 10.62 GiB already allocated; 832.00 KiB free; 10.66 GiB reserved in total by PyTorch)",
+            Want::Oom(Framework::PyTorch),
+        ),
+        (
+            "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 17179869184 bytes.",
+            Want::Oom(Framework::Jax),
+        ),
+        (
+            "E external/xla/xla/pjrt/pjrt_stream_executor_client.cc:2469] Execution of replica 0 failed: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 6.21GiB.",
+            Want::Oom(Framework::Jax),
+        ),
+        (
+            "tensorflow.python.framework.errors_impl.InternalError: Failed copying input tensor from /job:localhost/replica:0/task:0/device:CPU:0 to /job:localhost/replica:0/task:0/device:GPU:0 in order to run _EagerConst: Dst tensor is not initialized.",
+            Want::Oom(Framework::TensorFlow),
+        ),
+        (
+            "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 4096.00 MiB on device 0: cudaMalloc failed: out of memory",
+            Want::Oom(Framework::Other),
+        ),
+        (
+            "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine.",
+            Want::Oom(Framework::Other),
+        ),
         ("Cuda failure 'out of memory'", Want::Oom(Framework::Other)),
-        ("RuntimeError: MPS backend out of memory (MPS allocated: 1.77 GB, other allocations: 39.00 MB, max allowed: 1.81 GB). Tried to allocate 3.00 MB on private pool.", Want::Oom(Framework::Mps)),
-        ("RuntimeError: Expected all tensors to be on the same device, but found at least two devices, cpu and cuda:0! (when checking argument for argument index in method wrapper__index_select)", Want::Dev),
-        ("RuntimeError: Input type (torch.FloatTensor) and weight type (torch.cuda.FloatTensor) should be the same or input should be a MKLDNN tensor and weight is a dense tensor", Want::Dev),
-        ("RuntimeError: Input type (MPSFloatType) and weight type (torch.FloatTensor) should be the same", Want::Dev),
-        ("RuntimeError: expected device cuda:0 but got device cpu", Want::Dev),
-        ("RuntimeError: Expected object of backend CUDA but got backend CPU for argument #2 'mat2'", Want::Dev),
-        ("RuntimeError: Expected tensor for argument #1 'input' to have the same device as tensor for argument #2 'weight'; but device 1 does not equal 0 (while checking arguments for cudnn_convolution)", Want::Dev),
-        ("TypeError: can't convert cuda:0 device type tensor to numpy. Use Tensor.cpu() to copy the tensor to host memory first.", Want::Dev),
-        ("RuntimeError: Placeholder storage has not been allocated on MPS device!", Want::Dev),
-        ("RuntimeError: Input and parameter tensors are not at the same device, found input tensor at cpu and parameter tensor at cuda:0", Want::Dev),
-        ("RuntimeError: indices should be either on cpu or on the same device as the indexed tensor (cpu)", Want::Dev),
-        ("RuntimeError: Expected a 'cuda' device type for generator but found 'cpu'", Want::Dev),
-        ("RuntimeError: mat1 and mat2 shapes cannot be multiplied (1x512 and 2048x1000)", Want::Shape(ShapeKind::Matmul)),
-        ("RuntimeError: size mismatch, m1: [1 x 25088], m2: [512 x 4096] at C:/w/1/s/conda/aten/src\\THC/generic/THCTensorMathBlas.cu:290", Want::Shape(ShapeKind::Matmul)),
-        ("RuntimeError: The size of tensor a (512) must match the size of tensor b (256) at non-singleton dimension 3", Want::Shape(ShapeKind::Broadcast)),
-        ("RuntimeError: The expanded size of the tensor (3) must match the existing size (4) at non-singleton dimension 1.  Target sizes: [2, 3].  Tensor sizes: [2, 4]", Want::Shape(ShapeKind::Broadcast)),
-        ("RuntimeError: shape '[-1, 16, 5, 5]' is invalid for input of size 179776", Want::Shape(ShapeKind::View)),
-        ("RuntimeError: Given groups=1, weight of size 64 3 3 3, expected input[1, 1, 224, 224] to have 3 channels, but got 1 channels instead", Want::Shape(ShapeKind::ConvChannels)),
-        ("RuntimeError: Expected 4-dimensional input for 4-dimensional weight [64, 3, 7, 7], but got 3-dimensional input of size [3, 224, 224] instead", Want::Shape(ShapeKind::ConvRank)),
-        ("RuntimeError: Sizes of tensors must match except in dimension 1. Got 64 and 32 in dimension 2 (The offending index is 1)", Want::Shape(ShapeKind::Cat)),
-        ("RuntimeError: Given input size: (512x1x1). Calculated output size: (512x0x0). Output size is too small", Want::Shape(ShapeKind::Other)),
-        ("RuntimeError: 0D or 1D target tensor expected, multi-target not supported", Want::Shape(ShapeKind::Other)),
-        ("tensorflow.python.framework.errors_impl.InvalidArgumentError: Incompatible shapes: [32,10] vs. [32,5]", Want::Shape(ShapeKind::Broadcast)),
-        ("InvalidArgumentError: Matrix size-incompatible: In[0]: [32,784], In[1]: [512,10] [Op:MatMul]", Want::Shape(ShapeKind::Matmul)),
-        ("TypeError: dot_general requires contracting dimensions to have the same shape, got (3,) and (4,).", Want::Shape(ShapeKind::Matmul)),
-        ("RuntimeError: CUDA error: CUBLAS_STATUS_EXECUTION_FAILED when calling `cublasSgemm( handle, opa, opb, m, n, k, &alpha, a, lda, b, ldb, &beta, c, ldc)`", Want::Known(K::CublasError)),
-        ("RuntimeError: CUDA error: CUBLAS_STATUS_NOT_INITIALIZED when calling `cublasCreate(handle)`", Want::Known(K::CublasError)),
-        ("RuntimeError: Unable to find a valid cuDNN algorithm to run convolution", Want::Known(K::CudnnError)),
-        ("RuntimeError: CUDA error: invalid device ordinal", Want::Known(K::InvalidDeviceOrdinal)),
-        ("RuntimeError: CUDA error: CUDA-capable device(s) is/are busy or unavailable", Want::Known(K::DeviceBusy)),
-        ("RuntimeError: CUDA error: unknown error", Want::Known(K::CudaInit)),
-        ("UserWarning: CUDA initialization: CUDA unknown error - this may be due to an incorrectly set up environment, e.g. changing env variable CUDA_VISIBLE_DEVICES after program start.", Want::Known(K::CudaInit)),
-        ("RuntimeError: CUDA error: the launch timed out and was terminated", Want::Known(K::LaunchFailure)),
-        ("RuntimeError: CUDA error: misaligned address", Want::Known(K::LaunchFailure)),
-        ("RuntimeError: NCCL Error 2: unhandled system error", Want::Known(K::NcclError)),
-        ("RuntimeError: NCCL communicator was aborted on rank 1. Original reason for failure was: [Rank 1] Watchdog caught collective operation timeout", Want::Known(K::NcclTimeout)),
-        ("RuntimeError: Timed out initializing process group in store based barrier on rank: 0, for key: store_based_barrier_key:1", Want::Known(K::NcclTimeout)),
-        ("AssertionError: Torch not compiled with CUDA enabled", Want::Known(K::NotCompiledWithCuda)),
-        ("RuntimeError: Attempting to deserialize object on a CUDA device but torch.cuda.is_available() is False. If you are running on a CPU-only machine, please use torch.load with map_location=torch.device('cpu')", Want::Known(K::CudaDeserialize)),
-        ("RuntimeError: CUDA error: CUDA driver version is insufficient for CUDA runtime version", Want::Known(K::DriverTooOld)),
-        ("RuntimeError: Unexpected error from cudaGetDeviceCount(). Error 804: forward compatibility was attempted on non supported HW", Want::Known(K::DriverTooOld)),
-        ("RuntimeError: CUDA driver initialization failed, you might not have a CUDA gpu.", Want::Known(K::NoGpu)),
-        ("RuntimeError: CUDA error: no CUDA-capable device is detected", Want::Known(K::NoGpu)),
-        ("RuntimeError: HIP error: invalid device function", Want::Known(K::NoKernelImage)),
-        ("UserWarning: NVIDIA GeForce RTX 5090 with CUDA capability sm_120 is not compatible with the current PyTorch installation.", Want::Known(K::NoKernelImage)),
-        ("RuntimeError: Found dtype Long but expected Float", Want::Known(K::DtypeMismatch)),
-        ("RuntimeError: Input type (torch.cuda.HalfTensor) and weight type (torch.cuda.FloatTensor) should be the same", Want::Known(K::DtypeMismatch)),
-        ("IndexError: Target 10 is out of bounds.", Want::Known(K::IndexOutOfRange)),
-        ("IndexError: index out of range in self", Want::Known(K::IndexOutOfRange)),
-        ("RuntimeError: DataLoader worker (pid 4242) is killed by signal: Killed.", Want::Known(K::HostOutOfMemory)),
-        ("RuntimeError: DataLoader worker (pid 4242) is killed by signal: Bus error. It is possible that dataloader's workers are out of shared memory. Please try to raise your shared memory limit.", Want::Known(K::SharedMemory)),
+        (
+            "RuntimeError: MPS backend out of memory (MPS allocated: 1.77 GB, other allocations: 39.00 MB, max allowed: 1.81 GB). Tried to allocate 3.00 MB on private pool.",
+            Want::Oom(Framework::Mps),
+        ),
+        (
+            "RuntimeError: Expected all tensors to be on the same device, but found at least two devices, cpu and cuda:0! (when checking argument for argument index in method wrapper__index_select)",
+            Want::Dev,
+        ),
+        (
+            "RuntimeError: Input type (torch.FloatTensor) and weight type (torch.cuda.FloatTensor) should be the same or input should be a MKLDNN tensor and weight is a dense tensor",
+            Want::Dev,
+        ),
+        (
+            "RuntimeError: Input type (MPSFloatType) and weight type (torch.FloatTensor) should be the same",
+            Want::Dev,
+        ),
+        (
+            "RuntimeError: expected device cuda:0 but got device cpu",
+            Want::Dev,
+        ),
+        (
+            "RuntimeError: Expected object of backend CUDA but got backend CPU for argument #2 'mat2'",
+            Want::Dev,
+        ),
+        (
+            "RuntimeError: Expected tensor for argument #1 'input' to have the same device as tensor for argument #2 'weight'; but device 1 does not equal 0 (while checking arguments for cudnn_convolution)",
+            Want::Dev,
+        ),
+        (
+            "TypeError: can't convert cuda:0 device type tensor to numpy. Use Tensor.cpu() to copy the tensor to host memory first.",
+            Want::Dev,
+        ),
+        (
+            "RuntimeError: Placeholder storage has not been allocated on MPS device!",
+            Want::Dev,
+        ),
+        (
+            "RuntimeError: Input and parameter tensors are not at the same device, found input tensor at cpu and parameter tensor at cuda:0",
+            Want::Dev,
+        ),
+        (
+            "RuntimeError: indices should be either on cpu or on the same device as the indexed tensor (cpu)",
+            Want::Dev,
+        ),
+        (
+            "RuntimeError: Expected a 'cuda' device type for generator but found 'cpu'",
+            Want::Dev,
+        ),
+        (
+            "RuntimeError: mat1 and mat2 shapes cannot be multiplied (1x512 and 2048x1000)",
+            Want::Shape(ShapeKind::Matmul),
+        ),
+        (
+            "RuntimeError: size mismatch, m1: [1 x 25088], m2: [512 x 4096] at C:/w/1/s/conda/aten/src\\THC/generic/THCTensorMathBlas.cu:290",
+            Want::Shape(ShapeKind::Matmul),
+        ),
+        (
+            "RuntimeError: The size of tensor a (512) must match the size of tensor b (256) at non-singleton dimension 3",
+            Want::Shape(ShapeKind::Broadcast),
+        ),
+        (
+            "RuntimeError: The expanded size of the tensor (3) must match the existing size (4) at non-singleton dimension 1.  Target sizes: [2, 3].  Tensor sizes: [2, 4]",
+            Want::Shape(ShapeKind::Broadcast),
+        ),
+        (
+            "RuntimeError: shape '[-1, 16, 5, 5]' is invalid for input of size 179776",
+            Want::Shape(ShapeKind::View),
+        ),
+        (
+            "RuntimeError: Given groups=1, weight of size 64 3 3 3, expected input[1, 1, 224, 224] to have 3 channels, but got 1 channels instead",
+            Want::Shape(ShapeKind::ConvChannels),
+        ),
+        (
+            "RuntimeError: Expected 4-dimensional input for 4-dimensional weight [64, 3, 7, 7], but got 3-dimensional input of size [3, 224, 224] instead",
+            Want::Shape(ShapeKind::ConvRank),
+        ),
+        (
+            "RuntimeError: Sizes of tensors must match except in dimension 1. Got 64 and 32 in dimension 2 (The offending index is 1)",
+            Want::Shape(ShapeKind::Cat),
+        ),
+        (
+            "RuntimeError: Given input size: (512x1x1). Calculated output size: (512x0x0). Output size is too small",
+            Want::Shape(ShapeKind::Other),
+        ),
+        (
+            "RuntimeError: 0D or 1D target tensor expected, multi-target not supported",
+            Want::Shape(ShapeKind::Other),
+        ),
+        (
+            "tensorflow.python.framework.errors_impl.InvalidArgumentError: Incompatible shapes: [32,10] vs. [32,5]",
+            Want::Shape(ShapeKind::Broadcast),
+        ),
+        (
+            "InvalidArgumentError: Matrix size-incompatible: In[0]: [32,784], In[1]: [512,10] [Op:MatMul]",
+            Want::Shape(ShapeKind::Matmul),
+        ),
+        (
+            "TypeError: dot_general requires contracting dimensions to have the same shape, got (3,) and (4,).",
+            Want::Shape(ShapeKind::Matmul),
+        ),
+        (
+            "RuntimeError: CUDA error: CUBLAS_STATUS_EXECUTION_FAILED when calling `cublasSgemm( handle, opa, opb, m, n, k, &alpha, a, lda, b, ldb, &beta, c, ldc)`",
+            Want::Known(K::CublasError),
+        ),
+        (
+            "RuntimeError: CUDA error: CUBLAS_STATUS_NOT_INITIALIZED when calling `cublasCreate(handle)`",
+            Want::Known(K::CublasError),
+        ),
+        (
+            "RuntimeError: Unable to find a valid cuDNN algorithm to run convolution",
+            Want::Known(K::CudnnError),
+        ),
+        (
+            "RuntimeError: CUDA error: invalid device ordinal",
+            Want::Known(K::InvalidDeviceOrdinal),
+        ),
+        (
+            "RuntimeError: CUDA error: CUDA-capable device(s) is/are busy or unavailable",
+            Want::Known(K::DeviceBusy),
+        ),
+        (
+            "RuntimeError: CUDA error: unknown error",
+            Want::Known(K::CudaInit),
+        ),
+        (
+            "UserWarning: CUDA initialization: CUDA unknown error - this may be due to an incorrectly set up environment, e.g. changing env variable CUDA_VISIBLE_DEVICES after program start.",
+            Want::Known(K::CudaInit),
+        ),
+        (
+            "RuntimeError: CUDA error: the launch timed out and was terminated",
+            Want::Known(K::LaunchFailure),
+        ),
+        (
+            "RuntimeError: CUDA error: misaligned address",
+            Want::Known(K::LaunchFailure),
+        ),
+        (
+            "RuntimeError: NCCL Error 2: unhandled system error",
+            Want::Known(K::NcclError),
+        ),
+        (
+            "RuntimeError: NCCL communicator was aborted on rank 1. Original reason for failure was: [Rank 1] Watchdog caught collective operation timeout",
+            Want::Known(K::NcclTimeout),
+        ),
+        (
+            "RuntimeError: Timed out initializing process group in store based barrier on rank: 0, for key: store_based_barrier_key:1",
+            Want::Known(K::NcclTimeout),
+        ),
+        (
+            "AssertionError: Torch not compiled with CUDA enabled",
+            Want::Known(K::NotCompiledWithCuda),
+        ),
+        (
+            "RuntimeError: Attempting to deserialize object on a CUDA device but torch.cuda.is_available() is False. If you are running on a CPU-only machine, please use torch.load with map_location=torch.device('cpu')",
+            Want::Known(K::CudaDeserialize),
+        ),
+        (
+            "RuntimeError: CUDA error: CUDA driver version is insufficient for CUDA runtime version",
+            Want::Known(K::DriverTooOld),
+        ),
+        (
+            "RuntimeError: Unexpected error from cudaGetDeviceCount(). Error 804: forward compatibility was attempted on non supported HW",
+            Want::Known(K::DriverTooOld),
+        ),
+        (
+            "RuntimeError: CUDA driver initialization failed, you might not have a CUDA gpu.",
+            Want::Known(K::NoGpu),
+        ),
+        (
+            "RuntimeError: CUDA error: no CUDA-capable device is detected",
+            Want::Known(K::NoGpu),
+        ),
+        (
+            "RuntimeError: HIP error: invalid device function",
+            Want::Known(K::NoKernelImage),
+        ),
+        (
+            "UserWarning: NVIDIA GeForce RTX 5090 with CUDA capability sm_120 is not compatible with the current PyTorch installation.",
+            Want::Known(K::NoKernelImage),
+        ),
+        (
+            "RuntimeError: Found dtype Long but expected Float",
+            Want::Known(K::DtypeMismatch),
+        ),
+        (
+            "RuntimeError: Input type (torch.cuda.HalfTensor) and weight type (torch.cuda.FloatTensor) should be the same",
+            Want::Known(K::DtypeMismatch),
+        ),
+        (
+            "IndexError: Target 10 is out of bounds.",
+            Want::Known(K::IndexOutOfRange),
+        ),
+        (
+            "IndexError: index out of range in self",
+            Want::Known(K::IndexOutOfRange),
+        ),
+        (
+            "RuntimeError: DataLoader worker (pid 4242) is killed by signal: Killed.",
+            Want::Known(K::HostOutOfMemory),
+        ),
+        (
+            "RuntimeError: DataLoader worker (pid 4242) is killed by signal: Bus error. It is possible that dataloader's workers are out of shared memory. Please try to raise your shared memory limit.",
+            Want::Known(K::SharedMemory),
+        ),
         ("Killed", Want::Known(K::HostOutOfMemory)),
-        ("RuntimeError: Error(s) in loading state_dict for Net: Missing key(s) in state_dict: \"conv1.weight\".", Want::Known(K::StateDictKeys)),
-        ("RuntimeError: Trying to backward through the graph a second time", Want::Unknown),
-        ("RuntimeError: element 0 of tensors does not require grad and does not have a grad_fn", Want::Unknown),
-        ("INFO: Using backend nccl with size 8 on device cuda:0", Want::Unknown),
+        (
+            "RuntimeError: Error(s) in loading state_dict for Net: Missing key(s) in state_dict: \"conv1.weight\".",
+            Want::Known(K::StateDictKeys),
+        ),
+        (
+            "RuntimeError: Trying to backward through the graph a second time",
+            Want::Unknown,
+        ),
+        (
+            "RuntimeError: element 0 of tensors does not require grad and does not have a grad_fn",
+            Want::Unknown,
+        ),
+        (
+            "INFO: Using backend nccl with size 8 on device cuda:0",
+            Want::Unknown,
+        ),
     ];
     for (line, want) in cases {
         let got = analyze(line).failure;

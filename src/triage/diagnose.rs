@@ -14,8 +14,9 @@
 //!   `PYTORCH_ALLOC_CONF=expandable_segments:True` the first fix (older versions read
 //!   `PYTORCH_CUDA_ALLOC_CONF`, still accepted as an alias); it is never recommended otherwise.
 //! * **Own tensors** otherwise: reduce the per-device batch first (when the batch is known, the
-//!   largest batch that fits ≈ ⌊B × 0.9 × usable ÷ needed⌋ with needed = allocated + requested
-//!   + non-PyTorch overhead and usable = total − external − overhead; this assumes memory grows
+//!   largest batch that fits ≈ ⌊B × 0.9 × usable ÷ needed⌋ with needed = allocated, plus the
+//!   request, plus non-PyTorch overhead, and usable = total − external − overhead; this assumes
+//!   memory grows
 //!   with the batch, so it overestimates when weights and optimizer state dominate, hence the
 //!   10 % margin), then gradient accumulation to keep the effective batch, mixed precision,
 //!   activation checkpointing; `empty_cache` only when the cache (reserved − allocated) is large.
@@ -162,7 +163,11 @@ pub fn batch_size_from_args(args: &[String]) -> Option<(u64, String)> {
         if !arg.starts_with('-')
             && let Some((key, value)) = arg.split_once('=')
         {
-            let last = key.trim_start_matches('+').rsplit('.').next().unwrap_or(key);
+            let last = key
+                .trim_start_matches('+')
+                .rsplit('.')
+                .next()
+                .unwrap_or(key);
             if KEYS.contains(&last)
                 && let Ok(n) = value.trim().parse::<u64>()
             {
@@ -237,7 +242,10 @@ pub fn map_ordinal(
             list.push(None);
             continue;
         } else {
-            let want = entry.strip_prefix("GPU-").unwrap_or(entry).to_ascii_lowercase();
+            let want = entry
+                .strip_prefix("GPU-")
+                .unwrap_or(entry)
+                .to_ascii_lowercase();
             let matches: Vec<&&GpuView> = ordered
                 .iter()
                 .filter(|g| {
@@ -360,7 +368,9 @@ fn oom(d: &mut Diagnosis, f: &OomFacts, ctx: Option<&Context>) {
         _ => None,
     };
     d.nvml_gpu = nvml;
-    let view = ctx.zip(nvml).and_then(|(c, i)| c.gpus.iter().find(|g| g.index == i));
+    let view = ctx
+        .zip(nvml)
+        .and_then(|(c, i)| c.gpus.iter().find(|g| g.index == i));
     let job_pids: &[u32] = ctx.map_or(&[], |c| c.job_pids.as_slice());
     let job_bytes_ctx: Option<u64> = view.map(|g| {
         g.processes
@@ -381,7 +391,8 @@ fn oom(d: &mut Diagnosis, f: &OomFacts, ctx: Option<&Context>) {
             || (ctx.is_none_or(|c| c.job_pids.is_empty())
                 && f.process_total.is_none()
                 && own_total.is_none()
-                && f.reserved.is_some_and(|r| r > 0 && bytes >= r && bytes - r <= 4 * GIB));
+                && f.reserved
+                    .is_some_and(|r| r > 0 && bytes >= r && bytes - r <= 4 * GIB));
         if is_job {
             own_total = Some(own_total.map_or(bytes, |t| t.max(bytes)));
             d.facts.push(format!(
@@ -416,7 +427,7 @@ fn oom(d: &mut Diagnosis, f: &OomFacts, ctx: Option<&Context>) {
             });
         }
     }
-    others.sort_by(|a, b| b.bytes.cmp(&a.bytes));
+    others.sort_by_key(|o| std::cmp::Reverse(o.bytes));
     // Memory no visible process accounts for (other containers, other PID namespaces) is
     // external too; below 1 GiB it is driver overhead and noise.
     let unattributed = view
@@ -464,8 +475,11 @@ fn oom(d: &mut Diagnosis, f: &OomFacts, ctx: Option<&Context>) {
     }
     d.facts.push(line);
     if let (Some(t), Some(fr)) = (total, free) {
-        d.facts
-            .push(format!("total {}, free {} at the failure", fmt_size(t), fmt_size(fr)));
+        d.facts.push(format!(
+            "total {}, free {} at the failure",
+            fmt_size(t),
+            fmt_size(fr)
+        ));
     }
     if let Some(o) = own {
         d.facts.push(format!("this job held {}", fmt_size(o)));
@@ -479,7 +493,8 @@ fn oom(d: &mut Diagnosis, f: &OomFacts, ctx: Option<&Context>) {
         ));
     }
     for o in &others {
-        d.facts.push(format!("another process held memory: {}", o.describe()));
+        d.facts
+            .push(format!("another process held memory: {}", o.describe()));
     }
     if unattributed > 0 {
         d.facts.push(format!(
@@ -523,7 +538,10 @@ fn oom(d: &mut Diagnosis, f: &OomFacts, ctx: Option<&Context>) {
             fmt_size(external),
             names.join(", "),
             match requested {
-                Some(r) => format!(", and the {} request would have fit without them", fmt_size(r)),
+                Some(r) => format!(
+                    ", and the {} request would have fit without them",
+                    fmt_size(r)
+                ),
                 None => String::new(),
             }
         );
@@ -537,7 +555,8 @@ fn oom(d: &mut Diagnosis, f: &OomFacts, ctx: Option<&Context>) {
             "If they are yours, stop them or wait for them; if not, ask their owner. \
              `gpuwatch history` shows who held the GPU when.",
         );
-        d.fixes.push(fix("Free the memory the other processes hold", who));
+        d.fixes
+            .push(fix("Free the memory the other processes hold", who));
         own_fixes(d, f, ctx, total, external, false);
     } else if frag_case {
         d.case = Case::Fragmentation;
@@ -584,9 +603,7 @@ fn oom(d: &mut Diagnosis, f: &OomFacts, ctx: Option<&Context>) {
         own_fixes(d, f, ctx, total, external, true);
     } else {
         d.case = Case::OutOfMemoryUnclear;
-        d.headline = format!(
-            "{framework} ran out of GPU memory, but the message gives no numbers"
-        );
+        d.headline = format!("{framework} ran out of GPU memory, but the message gives no numbers");
         d.facts.push(
             "unknown: how much was requested, how much this job held, and whether other \
              processes held memory"
@@ -659,6 +676,7 @@ fn another_gpu(ctx: Option<&Context>, failed: Option<u32>, footprint: u64) -> Fi
     }
 }
 
+#[allow(clippy::too_many_lines)]
 fn own_fixes(
     d: &mut Diagnosis,
     f: &OomFacts,
@@ -673,14 +691,14 @@ fn own_fixes(
         _ => 0,
     };
     let estimate = match (batch, f.allocated, f.requested, total) {
-        (Some(b), Some(a), Some(r), Some(t)) if b > 0 => {
-            let needed = a.saturating_add(r).saturating_add(overhead);
-            let usable = t.saturating_sub(external).saturating_sub(overhead);
+        (Some(current), Some(allocated), Some(request), Some(capacity)) if current > 0 => {
+            let needed = allocated.saturating_add(request).saturating_add(overhead);
+            let usable = capacity.saturating_sub(external).saturating_sub(overhead);
             if needed == 0 {
                 None
             } else {
-                let est = (b as f64 * 0.9 * usable as f64 / needed as f64).floor() as u64;
-                Some(if est >= b { b / 2 } else { est })
+                let est = (current as f64 * 0.9 * usable as f64 / needed as f64).floor() as u64;
+                Some(if est >= current { current / 2 } else { est })
             }
         }
         _ => None,
@@ -708,8 +726,10 @@ fn own_fixes(
         _ => "Reduce the per-device batch".to_string(),
     };
     if !primary {
-        d.fixes
-            .push(fix(format!("Then, if it still fails: {}", title.to_lowercase()), batch_detail));
+        d.fixes.push(fix(
+            format!("Then, if it still fails: {}", title.to_lowercase()),
+            batch_detail,
+        ));
         return;
     }
     d.fixes.push(fix(title, batch_detail));
@@ -724,12 +744,13 @@ fn own_fixes(
              if (step + 1) % accum_steps == 0:\n        optimizer.step(); \
              optimizer.zero_grad()",
             match (batch, estimate, steps) {
-                (Some(b), Some(e), Some(k)) => format!(
-                    "Accumulate {k} steps of {e} for an effective batch of {} (was {b}).",
-                    e * k
+                (Some(current), Some(smaller), Some(steps)) => format!(
+                    "Accumulate {steps} steps of {smaller} for an effective batch of {} (was \
+                     {current}).",
+                    smaller * steps
                 ),
-                _ => "Accumulate k smaller steps so the effective batch stays the same."
-                    .to_string(),
+                _ =>
+                    "Accumulate k smaller steps so the effective batch stays the same.".to_string(),
             }
         ),
     ));
@@ -799,7 +820,9 @@ fn device(d: &mut Diagnosis, f: &super::DeviceFacts) {
         .cloned()
         .unwrap_or_else(|| "cuda".to_string());
     d.headline = match (&f.argument, &f.operator) {
-        (Some(a), Some(o)) => format!("Tensors on {devices}: `{a}` is on the wrong device (in {o})"),
+        (Some(a), Some(o)) => {
+            format!("Tensors on {devices}: `{a}` is on the wrong device (in {o})")
+        }
         (Some(a), None) => format!("Tensors on {devices}: `{a}` is on the wrong device"),
         (None, Some(o)) => format!("Tensors on {devices} meet in {o}"),
         (None, None) => format!("Tensors on {devices} meet in one operation"),
@@ -811,7 +834,11 @@ fn device(d: &mut Diagnosis, f: &super::DeviceFacts) {
     if let Some(o) = &f.operator {
         d.facts.push(format!("operator: {o}"));
     }
-    let target = if cpu_side { gpu_dev.as_str() } else { "the model's device" };
+    let target = if cpu_side {
+        gpu_dev.as_str()
+    } else {
+        "the model's device"
+    };
     let (title, detail) = match f.argument.as_deref() {
         Some("weight" | "bias") => (
             "Move the model to the GPU".to_string(),
@@ -862,6 +889,7 @@ fn device(d: &mut Diagnosis, f: &super::DeviceFacts) {
     ));
 }
 
+#[allow(clippy::too_many_lines)]
 fn shape(d: &mut Diagnosis, f: &ShapeFacts) {
     d.case = Case::ShapeMismatch;
     let shapes = f.shapes.join(" and ");
@@ -903,7 +931,10 @@ fn shape(d: &mut Diagnosis, f: &ShapeFacts) {
             }
         }
         ShapeKind::BatchSize => {
-            let (i, t) = (f.dims.first().copied().unwrap_or(0), f.dims.get(1).copied().unwrap_or(0));
+            let (i, t) = (
+                f.dims.first().copied().unwrap_or(0),
+                f.dims.get(1).copied().unwrap_or(0),
+            );
             d.headline = format!(
                 "Batch size mismatch: the model's output has {i} rows but the targets have {t}"
             );
@@ -929,9 +960,9 @@ fn shape(d: &mut Diagnosis, f: &ShapeFacts) {
         }
         ShapeKind::Broadcast => {
             d.headline = match (f.dims.as_slice(), f.dim) {
-                ([a, b], Some(dim)) => format!(
-                    "Shapes do not broadcast: size {a} against size {b} at dimension {dim}"
-                ),
+                ([a, b], Some(dim)) => {
+                    format!("Shapes do not broadcast: size {a} against size {b} at dimension {dim}")
+                }
                 _ => format!("Shapes do not broadcast: {shapes}"),
             };
             d.fixes.push(fix(
@@ -963,10 +994,12 @@ fn shape(d: &mut Diagnosis, f: &ShapeFacts) {
             ));
         }
         ShapeKind::ConvChannels => {
-            let (e, g) = (f.dims.first().copied().unwrap_or(0), f.dims.get(1).copied().unwrap_or(0));
-            d.headline = format!(
-                "The convolution expects {e} input channels but got {g} ({shapes})"
+            let (e, g) = (
+                f.dims.first().copied().unwrap_or(0),
+                f.dims.get(1).copied().unwrap_or(0),
             );
+            d.headline =
+                format!("The convolution expects {e} input channels but got {g} ({shapes})");
             d.fixes.push(fix(
                 "Feed the channels the layer was built for",
                 format!(
@@ -978,7 +1011,9 @@ fn shape(d: &mut Diagnosis, f: &ShapeFacts) {
             ));
         }
         ShapeKind::ConvRank => {
-            d.headline = format!("The convolution got an input with the wrong number of dimensions ({shapes})");
+            d.headline = format!(
+                "The convolution got an input with the wrong number of dimensions ({shapes})"
+            );
             d.fixes.push(fix(
                 "Add (or remove) the batch dimension",
                 "A single image needs a batch dimension: x.unsqueeze(0); an extra dimension \
@@ -1015,7 +1050,8 @@ fn shape(d: &mut Diagnosis, f: &ShapeFacts) {
     }
     if !f.dims.is_empty() {
         let dims: Vec<String> = f.dims.iter().map(u64::to_string).collect();
-        d.facts.push(format!("mismatching sizes: {}", dims.join(" vs ")));
+        d.facts
+            .push(format!("mismatching sizes: {}", dims.join(" vs ")));
     }
     d.fixes.push(print_shapes);
 }
@@ -1250,13 +1286,16 @@ fn known(d: &mut Diagnosis, k: KnownFailure, line: &str, ctx: Option<&Context>) 
     if k == K::DeviceSideAssert
         && let Some(a) = &d.analysis.assertion
     {
-        d.facts.push(format!("kernel assertion: {}", short(a.trim(), 200)));
+        d.facts
+            .push(format!("kernel assertion: {}", short(a.trim(), 200)));
     }
     if let Some(c) = ctx
         && matches!(k, K::NoGpu | K::InvalidDeviceOrdinal)
     {
         match c.cuda_visible_devices.as_deref() {
-            Some("") => d.facts.push("CUDA_VISIBLE_DEVICES was empty: no GPU visible".to_string()),
+            Some("") => d
+                .facts
+                .push("CUDA_VISIBLE_DEVICES was empty: no GPU visible".to_string()),
             Some(v) => d.facts.push(format!("CUDA_VISIBLE_DEVICES={v}")),
             None => {}
         }
@@ -1427,22 +1466,35 @@ mod tests {
 
     #[test]
     fn batch_sizes_from_command_lines() {
-        let cases: [(&[&str], Option<(u64, &str)>); 12] = [
-            (&["train.py", "--batch-size", "32"], Some((32, "--batch-size"))),
+        type Case<'a> = (&'a [&'a str], Option<(u64, &'a str)>);
+        let cases: [Case<'_>; 12] = [
+            (
+                &["train.py", "--batch-size", "32"],
+                Some((32, "--batch-size")),
+            ),
             (&["train.py", "--batch_size=16"], Some((16, "--batch_size"))),
             (&["train.py", "--bs", "8"], Some((8, "--bs"))),
             (&["train.py", "-b", "4"], Some((4, "-b"))),
             (&["train.py", "batch_size=12"], Some((12, "batch_size"))),
-            (&["train.py", "data.batch_size=24"], Some((24, "data.batch_size"))),
+            (
+                &["train.py", "data.batch_size=24"],
+                Some((24, "data.batch_size")),
+            ),
             (
                 &["run_clm.py", "--per_device_train_batch_size", "2"],
                 Some((2, "--per_device_train_batch_size")),
             ),
-            (&["x.py", "--micro-batch-size=6"], Some((6, "--micro-batch-size"))),
+            (
+                &["x.py", "--micro-batch-size=6"],
+                Some((6, "--micro-batch-size")),
+            ),
             (&["train.py", "--batch-size"], None),
             (&["train.py", "-b", "big"], None),
             (&["train.py", "--epochs", "3"], None),
-            (&["train.py", "--lr=0.1", "--batch-size", "64", "--bs", "1"], Some((64, "--batch-size"))),
+            (
+                &["train.py", "--lr=0.1", "--batch-size", "64", "--bs", "1"],
+                Some((64, "--batch-size")),
+            ),
         ];
         for (a, want) in cases {
             let got = batch_size_from_args(&args(a));

@@ -32,8 +32,8 @@ mod size;
 use serde::Serialize;
 
 pub use diagnose::{
-    Case, Context, Diagnosis, Fix, GpuView, ProcView, batch_size_from_args, diagnose,
-    map_ordinal, render_text,
+    Case, Context, Diagnosis, Fix, GpuView, ProcView, batch_size_from_args, diagnose, map_ordinal,
+    render_text,
 };
 pub use size::{fmt_size, parse_size};
 
@@ -56,7 +56,7 @@ pub struct Analysis {
     /// `File "train.py", line 42, in forward` (frames under `site-packages`, `dist-packages`
     /// and the standard library are skipped).
     pub traceback_hint: Option<String>,
-    /// The first CUDA kernel assertion printed (`Assertion `t >= 0 && t < n_classes` failed.`),
+    /// The first CUDA kernel assertion printed (``Assertion `t >= 0 && t < n_classes` failed.``),
     /// which says what a device-side assert was about.
     pub assertion: Option<String>,
 }
@@ -370,8 +370,8 @@ impl Scanner {
             self.pending = None;
             self.offer(failure, rank, trimmed);
         } else if is_exception {
-            if !(self.chained && self.last_exception.is_some()) && !parse::is_agent_error(trimmed)
-            {
+            let root_kept = self.chained && self.last_exception.is_some();
+            if !root_kept && !parse::is_agent_error(trimmed) {
                 self.last_exception = Some((cap(trimmed, 1024).to_string(), self.frame.clone()));
             }
             self.chained = false;
@@ -421,7 +421,8 @@ impl Scanner {
                 rank > best.rank
                     || (rank == best.rank
                         && richness > best.richness
-                        && std::mem::discriminant(&failure) == std::mem::discriminant(&best.failure))
+                        && std::mem::discriminant(&failure)
+                            == std::mem::discriminant(&best.failure))
             }
         };
         if !better {
@@ -478,30 +479,26 @@ impl Scanner {
     /// The analysis of everything pushed.
     pub fn finish(self) -> Analysis {
         let assertion = self.assertion;
-        match self.best {
-            Some(mut best) => {
-                if let (Failure::OutOfMemory(facts), Some(aux)) = (&mut best.failure, &self.aux) {
-                    facts.fill_from(aux);
-                }
-                Analysis {
-                    failure: best.failure,
-                    excerpt: best.excerpt,
-                    traceback_hint: best.hint,
-                    assertion,
-                }
+        if let Some(mut best) = self.best {
+            if let (Failure::OutOfMemory(facts), Some(aux)) = (&mut best.failure, &self.aux) {
+                facts.fill_from(aux);
             }
-            None => {
-                let (excerpt, hint) = match self.last_exception {
-                    Some((line, hint)) => (vec![line], hint),
-                    None => (Vec::new(), self.frame),
-                };
-                Analysis {
-                    failure: Failure::Unknown,
-                    excerpt,
-                    traceback_hint: hint,
-                    assertion,
-                }
-            }
+            return Analysis {
+                failure: best.failure,
+                excerpt: best.excerpt,
+                traceback_hint: best.hint,
+                assertion,
+            };
+        }
+        let (excerpt, hint) = match self.last_exception {
+            Some((line, hint)) => (vec![line], hint),
+            None => (Vec::new(), self.frame),
+        };
+        Analysis {
+            failure: Failure::Unknown,
+            excerpt,
+            traceback_hint: hint,
+            assertion,
         }
     }
 }

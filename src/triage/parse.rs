@@ -40,7 +40,8 @@ pub(crate) fn strip_ansi(line: &str) -> Cow<'_, str> {
     }
 }
 
-static FRAME: LazyLock<Regex> = LazyLock::new(|| re(r#"^File "([^"]*)", line (\d+), in (.{1,200})$"#));
+static FRAME: LazyLock<Regex> =
+    LazyLock::new(|| re(r#"^File "([^"]*)", line (\d+), in (.{1,200})$"#));
 
 /// `File "train.py", line 42, in forward` when the frame is user code.
 pub(crate) fn user_frame(line: &str) -> Option<String> {
@@ -86,8 +87,9 @@ pub(crate) fn is_assertion(line: &str) -> bool {
     line.contains("Assertion `") && line.contains("failed")
 }
 
-static EXCEPTION: LazyLock<Regex> =
-    LazyLock::new(|| re(r"^(?:\[[^\]]{1,40}\]:?\s*)?[A-Za-z_][\w.]{0,120}(?:Error|Exception|Interrupt|Exit)\b:?"));
+static EXCEPTION: LazyLock<Regex> = LazyLock::new(|| {
+    re(r"^(?:\[[^\]]{1,40}\]:?\s*)?[A-Za-z_][\w.]{0,120}(?:Error|Exception|Interrupt|Exit)\b:?")
+});
 
 pub(crate) fn is_exception_line(line: &str) -> bool {
     EXCEPTION.is_match(line)
@@ -121,37 +123,132 @@ pub(crate) fn looks_like_continuation(line: &str) -> bool {
 /// (variants listed): a literal set is searched with SIMD, a case-insensitive one is not.
 const PHRASES: &[&str] = &[
     // device
-    "same device", "device type", "backend", "Input type", "tensors are not",
-    "different from other", "xpected device", "is on CPU", "is on GPU", "is on cpu",
-    "is on cuda", "is on CUDA", "expected it to be on", "indices should be", "for generator",
-    "device_ids[0]", "Expected object of",
+    "same device",
+    "device type",
+    "backend",
+    "Input type",
+    "tensors are not",
+    "different from other",
+    "xpected device",
+    "is on CPU",
+    "is on GPU",
+    "is on cpu",
+    "is on cuda",
+    "is on CUDA",
+    "expected it to be on",
+    "indices should be",
+    "for generator",
+    "device_ids[0]",
+    "Expected object of",
     // shape
-    "cannot be multiplied", "size mismatch", "mat1 dim", "at least 1D", "batch2 tensor",
-    "size-incompatible", "contracting dimensions", "batch_size (", "Sizes of tensors",
-    "stack expects", "size of tensor a", "Incompatible shapes", "is invalid for input of size",
-    "view size is not compatible", "channels, but got", "-dimensional input", "(batched) input",
-    "Target size", "running_mean", "input_size", "Expected hidden", "Dimension out of range",
-    "expected axis", "are incompatible",
+    "cannot be multiplied",
+    "size mismatch",
+    "mat1 dim",
+    "at least 1D",
+    "batch2 tensor",
+    "size-incompatible",
+    "contracting dimensions",
+    "batch_size (",
+    "Sizes of tensors",
+    "stack expects",
+    "size of tensor a",
+    "Incompatible shapes",
+    "is invalid for input of size",
+    "view size is not compatible",
+    "channels, but got",
+    "-dimensional input",
+    "(batched) input",
+    "Target size",
+    "running_mean",
+    "input_size",
+    "Expected hidden",
+    "Dimension out of range",
+    "expected axis",
+    "are incompatible",
     // out of memory
-    "out of memory", "Out of memory", "OOM when", "RESOURCE_EXHAUSTED", "Resource exhausted",
-    "_ALLOC_FAILED", "NOT_ALLOCATED", "OutOfMemory", "cudaErrorMemoryAllocation",
+    "out of memory",
+    "Out of memory",
+    "OOM when",
+    "RESOURCE_EXHAUSTED",
+    "Resource exhausted",
+    "_ALLOC_FAILED",
+    "NOT_ALLOCATED",
+    "OutOfMemory",
+    "cudaErrorMemoryAllocation",
     // known
-    "device-side assert", "cudaError", "CUDA_ERROR_", "kernel image", "invalid device function",
-    "not compatible with the current PyTorch", "too old", "driver version is insufficient",
-    "forward compatibility", "ECC", "compiled with CUDA", "deserialize", "No CUDA GPUs",
-    "CUDA-capable", "NVIDIA driver", "NVIDIA-SMI", "CUDA gpu", "invalid device ordinal",
-    "busy or unavailable", "unknown error", "initialization error", "CPUAllocator",
-    "killed by signal", "bad_alloc", "shared memory", "(shm)", "Bus error", "bus error",
-    "scalar type", "same dtype", "found dtype", "Found dtype", "is out of bounds", "Killed",
-    "SIGKILL", "exitcode", "launch timed out", "hipErrorNoBinaryForGpu", "display driver",
-    "Timed out initializing", "Cuda failure", "cudaMalloc failed", "cache blocks",
-    "KV cache", "Dst tensor is not initialized", "valid cuDNN algorithm", "expanded size",
-    "target tensor expected", "multi-target", "Output size is too small", "MPS device",
-    "to numpy", "Backend, but got", "must be on the current device", "bias type", "index out of range",
-    "out of bounds for dimension", "key(s) in state_dict", "illegal memory access",
-    "illegal instruction", "launch failure", "misaligned address", "CUDNN_STATUS",
-    "cuDNN error", "CUBLAS_STATUS", "cuBLAS error", "Watchdog", "collective operation",
-    "NCCL", "nccl", "DistBackendError", "DistStoreError", "Socket Timeout",
+    "device-side assert",
+    "cudaError",
+    "CUDA_ERROR_",
+    "kernel image",
+    "invalid device function",
+    "not compatible with the current PyTorch",
+    "too old",
+    "driver version is insufficient",
+    "forward compatibility",
+    "ECC",
+    "compiled with CUDA",
+    "deserialize",
+    "No CUDA GPUs",
+    "CUDA-capable",
+    "NVIDIA driver",
+    "NVIDIA-SMI",
+    "CUDA gpu",
+    "invalid device ordinal",
+    "busy or unavailable",
+    "unknown error",
+    "initialization error",
+    "CPUAllocator",
+    "killed by signal",
+    "bad_alloc",
+    "shared memory",
+    "(shm)",
+    "Bus error",
+    "bus error",
+    "scalar type",
+    "same dtype",
+    "found dtype",
+    "Found dtype",
+    "is out of bounds",
+    "Killed",
+    "SIGKILL",
+    "exitcode",
+    "launch timed out",
+    "hipErrorNoBinaryForGpu",
+    "display driver",
+    "Timed out initializing",
+    "Cuda failure",
+    "cudaMalloc failed",
+    "cache blocks",
+    "KV cache",
+    "Dst tensor is not initialized",
+    "valid cuDNN algorithm",
+    "expanded size",
+    "target tensor expected",
+    "multi-target",
+    "Output size is too small",
+    "MPS device",
+    "to numpy",
+    "Backend, but got",
+    "must be on the current device",
+    "bias type",
+    "index out of range",
+    "out of bounds for dimension",
+    "key(s) in state_dict",
+    "illegal memory access",
+    "illegal instruction",
+    "launch failure",
+    "misaligned address",
+    "CUDNN_STATUS",
+    "cuDNN error",
+    "CUBLAS_STATUS",
+    "cuBLAS error",
+    "Watchdog",
+    "collective operation",
+    "NCCL",
+    "nccl",
+    "DistBackendError",
+    "DistStoreError",
+    "Socket Timeout",
 ];
 
 static PREFILTER: LazyLock<Regex> = LazyLock::new(|| {
@@ -199,17 +296,19 @@ fn clean_device(d: &str) -> String {
         .to_string()
 }
 
-static DEV_TWO: LazyLock<Regex> = LazyLock::new(|| {
-    re(r"found at least two devices, ([\w:]+) and ([\w:]+)")
-});
-static DEV_GOT: LazyLock<Regex> = LazyLock::new(|| {
-    re(r"but got (\w+) is on ([\w:]+), different from other tensors on ([\w:]+)")
-});
+static DEV_TWO: LazyLock<Regex> =
+    LazyLock::new(|| re(r"found at least two devices, ([\w:]+) and ([\w:]+)"));
+static DEV_GOT: LazyLock<Regex> =
+    LazyLock::new(|| re(r"but got (\w+) is on ([\w:]+), different from other tensors on ([\w:]+)"));
 static DEV_CHECK_ARG: LazyLock<Regex> = LazyLock::new(|| {
-    re(r"when checking argument for argument (\w+) in method (\w+)|when checking argument in method (\w+)")
+    re(
+        r"when checking argument for argument (\w+) in method (\w+)|when checking argument in method (\w+)",
+    )
 });
 static DEV_OBJ: LazyLock<Regex> = LazyLock::new(|| {
-    re(r"Expected object of (?:device type|backend) (\w+) but got (?:device type|backend) (\w+) for argument #\d+ '(\w+)'(?: in call to (\w+))?")
+    re(
+        r"Expected object of (?:device type|backend) (\w+) but got (?:device type|backend) (\w+) for argument #\d+ '(\w+)'(?: in call to (\w+))?",
+    )
 });
 static DEV_OBJ_TYPE: LazyLock<Regex> = LazyLock::new(|| {
     re(r"Expected object of type ([\w.]+) but found type ([\w.]+) for argument #\d+ '(\w+)'")
@@ -218,31 +317,41 @@ static DEV_INPUT_TYPE: LazyLock<Regex> = LazyLock::new(|| {
     re(r"Input type \(([^)]{1,80})\) and (weight|bias) type \(([^)]{1,80})\) should be the same")
 });
 static DEV_ARG_ON: LazyLock<Regex> = LazyLock::new(|| {
-    re(r"Tensor for (?:argument #\d+ )?'(\w+)' is on (CPU|GPU|CUDA|cpu|cuda)[^,]*, but expected (?:it|them) to be on (CPU|GPU|CUDA|cpu|cuda)(?:[^(]*\(while checking arguments for (\w+)\))?")
+    re(
+        r"Tensor for (?:argument #\d+ )?'(\w+)' is on (CPU|GPU|CUDA|cpu|cuda)[^,]*, but expected (?:it|them) to be on (CPU|GPU|CUDA|cpu|cuda)(?:[^(]*\(while checking arguments for (\w+)\))?",
+    )
 });
 static DEV_SAME_AS: LazyLock<Regex> = LazyLock::new(|| {
-    re(r"Expected tensor for argument #\d+ '(\w+)' to have the same device as tensor for argument #\d+ '(\w+)'; but device (\d+) does not equal (\d+)(?: \(while checking arguments for (\w+)\))?")
+    re(
+        r"Expected tensor for argument #\d+ '(\w+)' to have the same device as tensor for argument #\d+ '(\w+)'; but device (\d+) does not equal (\d+)(?: \(while checking arguments for (\w+)\))?",
+    )
 });
 static DEV_RNN: LazyLock<Regex> = LazyLock::new(|| {
-    re(r"Input and (parameter|hidden) tensors are not (?:at|on) the same device, found input tensor at ([\w:]+) and (?:parameter|hidden) tensor at ([\w:]+)")
+    re(
+        r"Input and (parameter|hidden) tensors are not (?:at|on) the same device, found input tensor at ([\w:]+) and (?:parameter|hidden) tensor at ([\w:]+)",
+    )
 });
 static DEV_INDICES: LazyLock<Regex> = LazyLock::new(|| {
     re(r"indices should be either on cpu or on the same device as the indexed tensor \((\w+)\)")
 });
 static DEV_EXPECTED: LazyLock<Regex> =
     LazyLock::new(|| re(r"[Ee]xpected device ([\w:]+) but got device ([\w:]+)"));
-static DEV_GENERATOR: LazyLock<Regex> = LazyLock::new(|| {
-    re(r"Expected a '(\w+)' device type for generator but found '(\w+)'")
-});
+static DEV_GENERATOR: LazyLock<Regex> =
+    LazyLock::new(|| re(r"Expected a '(\w+)' device type for generator but found '(\w+)'"));
 static DEV_BACKEND: LazyLock<Regex> = LazyLock::new(|| {
-    re(r"Expected tensor to have (\w+) Backend, but got tensor with (\w+) Backend(?: \(while checking arguments for (\w+)\))?")
+    re(
+        r"Expected tensor to have (\w+) Backend, but got tensor with (\w+) Backend(?: \(while checking arguments for (\w+)\))?",
+    )
 });
 static DEV_NUMPY: LazyLock<Regex> =
     LazyLock::new(|| re(r"can't convert ([\w:]+) device type tensor to numpy"));
 static DEV_DP: LazyLock<Regex> = LazyLock::new(|| {
-    re(r"module must have its parameters and buffers on device ([\w:]+) \(device_ids\[0\]\) but found one of them on device: ([\w:]+)")
+    re(
+        r"module must have its parameters and buffers on device ([\w:]+) \(device_ids\[0\]\) but found one of them on device: ([\w:]+)",
+    )
 });
 
+#[allow(clippy::too_many_lines)]
 fn device_mismatch(line: &str) -> Option<(Failure, u8)> {
     let facts = |devices: Vec<String>, argument: Option<String>, operator: Option<String>| {
         Some((
@@ -257,7 +366,10 @@ fn device_mismatch(line: &str) -> Option<(Failure, u8)> {
     let check_arg = || {
         DEV_CHECK_ARG.captures(line).map(|c| {
             let arg = c.get(1).map(|m| m.as_str().to_string());
-            let op = c.get(2).or_else(|| c.get(3)).map(|m| m.as_str().to_string());
+            let op = c
+                .get(2)
+                .or_else(|| c.get(3))
+                .map(|m| m.as_str().to_string());
             (arg, op)
         })
     };
@@ -292,7 +404,11 @@ fn device_mismatch(line: &str) -> Option<(Failure, u8)> {
         } else {
             "input".to_string()
         };
-        return facts(vec![input.to_string(), param.to_string()], Some(argument), None);
+        return facts(
+            vec![input.to_string(), param.to_string()],
+            Some(argument),
+            None,
+        );
     }
     if let Some(c) = DEV_OBJ.captures(line) {
         return facts(
@@ -309,7 +425,11 @@ fn device_mismatch(line: &str) -> Option<(Failure, u8)> {
                 RANK_ROOT,
             ));
         }
-        return facts(vec![a.to_string(), b.to_string()], Some(c[3].to_string()), None);
+        return facts(
+            vec![a.to_string(), b.to_string()],
+            Some(c[3].to_string()),
+            None,
+        );
     }
     if let Some(c) = DEV_ARG_ON.captures(line) {
         let norm = |d: &str| {
@@ -388,57 +508,82 @@ fn device_mismatch(line: &str) -> Option<(Failure, u8)> {
 static SH_MATMUL: LazyLock<Regex> = LazyLock::new(|| {
     re(r"mat1 and mat2 shapes cannot be multiplied \((\d+)x(\d+) and (\d+)x(\d+)\)")
 });
-static SH_MATMUL_OLD: LazyLock<Regex> = LazyLock::new(|| {
-    re(r"size mismatch, m1: \[(\d+) x (\d+)\], m2: \[(\d+) x (\d+)\]")
+static SH_MATMUL_OLD: LazyLock<Regex> =
+    LazyLock::new(|| re(r"size mismatch, m1: \[(\d+) x (\d+)\], m2: \[(\d+) x (\d+)\]"));
+static SH_MATMUL_DIM: LazyLock<Regex> = LazyLock::new(|| {
+    re(
+        r"mat1 dim 1 must match mat2 dim 0|self and mat2 shapes cannot be multiplied|both arguments to matmul need to be at least 1D",
+    )
 });
-static SH_MATMUL_DIM: LazyLock<Regex> =
-    LazyLock::new(|| re(r"mat1 dim 1 must match mat2 dim 0|self and mat2 shapes cannot be multiplied|both arguments to matmul need to be at least 1D"));
 static SH_BMM: LazyLock<Regex> = LazyLock::new(|| {
-    re(r"Expected size for first two dimensions of batch2 tensor to be: (\[[\d, ]{1,80}\]) but got: (\[[\d, ]{1,80}\])")
+    re(
+        r"Expected size for first two dimensions of batch2 tensor to be: (\[[\d, ]{1,80}\]) but got: (\[[\d, ]{1,80}\])",
+    )
 });
 static SH_TF_MATMUL: LazyLock<Regex> = LazyLock::new(|| {
     re(r"Matrix size-incompatible: In\[0\]: (\[[\d,]{1,80}\]), In\[1\]: (\[[\d,]{1,80}\])")
 });
 static SH_JAX_DOT: LazyLock<Regex> = LazyLock::new(|| {
-    re(r"dot_general requires contracting dimensions to have the same shape, got (\([\d, ]{0,80}\)) and (\([\d, ]{0,80}\))")
+    re(
+        r"dot_general requires contracting dimensions to have the same shape, got (\([\d, ]{0,80}\)) and (\([\d, ]{0,80}\))",
+    )
 });
 static SH_BATCH: LazyLock<Regex> = LazyLock::new(|| {
     re(r"Expected input batch_size \((\d+)\) to match target batch_size \((\d+)\)")
 });
 static SH_CAT: LazyLock<Regex> = LazyLock::new(|| {
-    re(r"Sizes of tensors must match except in dimension (-?\d+)\. (?:Expected size (\d+) but got size (\d+)|Got (\d+) and (\d+) in dimension (-?\d+))")
+    re(
+        r"Sizes of tensors must match except in dimension (-?\d+)\. (?:Expected size (\d+) but got size (\d+)|Got (\d+) and (\d+) in dimension (-?\d+))",
+    )
 });
 static SH_STACK: LazyLock<Regex> = LazyLock::new(|| {
-    re(r"stack expects each tensor to be equal size, but got (\[[\d, ]{0,80}\]) at entry (\d+) and (\[[\d, ]{0,80}\]) at entry (\d+)")
+    re(
+        r"stack expects each tensor to be equal size, but got (\[[\d, ]{0,80}\]) at entry (\d+) and (\[[\d, ]{0,80}\]) at entry (\d+)",
+    )
 });
 static SH_BROADCAST: LazyLock<Regex> = LazyLock::new(|| {
-    re(r"The size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\) at non-singleton dimension (-?\d+)")
+    re(
+        r"The size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\) at non-singleton dimension (-?\d+)",
+    )
 });
 static SH_TF_BROADCAST: LazyLock<Regex> = LazyLock::new(|| {
-    re(r"Incompatible shapes(?: for broadcasting)?: (?:shapes=\[)?(\[[\d, ]{0,80}\]|\([\d, ]{0,80}\)),? (?:vs\. )?(\[[\d, ]{0,80}\]|\([\d, ]{0,80}\))")
+    re(
+        r"Incompatible shapes(?: for broadcasting)?: (?:shapes=\[)?(\[[\d, ]{0,80}\]|\([\d, ]{0,80}\)),? (?:vs\. )?(\[[\d, ]{0,80}\]|\([\d, ]{0,80}\))",
+    )
 });
 static SH_EXPAND: LazyLock<Regex> = LazyLock::new(|| {
-    re(r"The expanded size of the tensor \((\d+)\) must match the existing size \((\d+)\) at non-singleton dimension (-?\d+)\.\s*Target sizes: (\[[-\d, ]{0,80}\])\.\s*Tensor sizes: (\[[\d, ]{0,80}\])")
+    re(
+        r"The expanded size of the tensor \((\d+)\) must match the existing size \((\d+)\) at non-singleton dimension (-?\d+)\.\s*Target sizes: (\[[-\d, ]{0,80}\])\.\s*Tensor sizes: (\[[\d, ]{0,80}\])",
+    )
 });
 static SH_POOL: LazyLock<Regex> = LazyLock::new(|| {
-    re(r"Given input size: (\([\dx]{1,60}\))\. Calculated output size: (\([\dx-]{1,60}\))\. Output size is too small")
+    re(
+        r"Given input size: (\([\dx]{1,60}\))\. Calculated output size: (\([\dx-]{1,60}\))\. Output size is too small",
+    )
 });
 static SH_VIEW: LazyLock<Regex> =
     LazyLock::new(|| re(r"shape '(\[[-\d, ]{0,200}\])' is invalid for input of size (\d+)"));
-static SH_VIEW_STRIDE: LazyLock<Regex> = LazyLock::new(|| {
-    re(r"view size is not compatible with input tensor's size and stride")
-});
+static SH_VIEW_STRIDE: LazyLock<Regex> =
+    LazyLock::new(|| re(r"view size is not compatible with input tensor's size and stride"));
 static SH_CONV: LazyLock<Regex> = LazyLock::new(|| {
-    re(r"Given (?:groups|transposed)=\d+, weight of size (\[[\d, ]{0,80}\]|[\d ]{1,80}), expected input(\[[\d, ]{0,80}\]) to have (\d+) channels, but got (\d+) channels instead")
+    re(
+        r"Given (?:groups|transposed)=\d+, weight of size (\[[\d, ]{0,80}\]|[\d ]{1,80}), expected input(\[[\d, ]{0,80}\]) to have (\d+) channels, but got (\d+) channels instead",
+    )
 });
 static SH_CONV_RANK: LazyLock<Regex> = LazyLock::new(|| {
-    re(r"Expected (\d+)-dimensional input for \d+-dimensional weight (\[[\d, ]{0,80}\]), but got (\d+)-dimensional input of size (\[[\d, ]{0,80}\])|Expected (\d+)D \(unbatched\) or (\d+)D \(batched\) input to (\w+), but got input of size: (\[[\d, ]{0,80}\])")
+    re(
+        r"Expected (\d+)-dimensional input for \d+-dimensional weight (\[[\d, ]{0,80}\]), but got (\d+)-dimensional input of size (\[[\d, ]{0,80}\])|Expected (\d+)D \(unbatched\) or (\d+)D \(batched\) input to (\w+), but got input of size: (\[[\d, ]{0,80}\])",
+    )
 });
 static SH_STATE: LazyLock<Regex> = LazyLock::new(|| {
-    re(r"size mismatch for ([\w.\-]+): copying a param with shape torch\.Size\((\[[\d, ]{0,80}\])\) from checkpoint, the shape in current model is torch\.Size\((\[[\d, ]{0,80}\])\)")
+    re(
+        r"size mismatch for ([\w.\-]+): copying a param with shape torch\.Size\((\[[\d, ]{0,80}\])\) from checkpoint, the shape in current model is torch\.Size\((\[[\d, ]{0,80}\])\)",
+    )
 });
 static SH_TARGET: LazyLock<Regex> = LazyLock::new(|| {
-    re(r"Target size \(torch\.Size\((\[[\d, ]{0,80}\])\)\) must be the same as input size \(torch\.Size\((\[[\d, ]{0,80}\])\)\)")
+    re(
+        r"Target size \(torch\.Size\((\[[\d, ]{0,80}\])\)\) must be the same as input size \(torch\.Size\((\[[\d, ]{0,80}\])\)\)",
+    )
 });
 static SH_RUNNING_MEAN: LazyLock<Regex> =
     LazyLock::new(|| re(r"running_mean should contain (\d+) elements not (\d+)"));
@@ -449,10 +594,14 @@ static SH_HIDDEN: LazyLock<Regex> = LazyLock::new(|| {
     re(r"Expected hidden(?:\[\d\])? size (\([\d, ]{0,80}\)), got (\[[\d, ]{0,80}\])")
 });
 static SH_DIM_RANGE: LazyLock<Regex> = LazyLock::new(|| {
-    re(r"Dimension out of range \(expected to be in range of \[(-?\d+), (-?\d+)\], but got (-?\d+)\)")
+    re(
+        r"Dimension out of range \(expected to be in range of \[(-?\d+), (-?\d+)\], but got (-?\d+)\)",
+    )
 });
 static SH_KERAS: LazyLock<Regex> = LazyLock::new(|| {
-    re(r"expected axis (-?\d+) of input shape to have value (\d+),? but received input with shape (\([\w, ]{0,80}\))")
+    re(
+        r"expected axis (-?\d+) of input shape to have value (\d+),? but received input with shape (\([\w, ]{0,80}\))",
+    )
 });
 static SH_KERAS_SHAPES: LazyLock<Regex> =
     LazyLock::new(|| re(r"Shapes (\([\w, ]{0,80}\)) and (\([\w, ]{0,80}\)) are incompatible"));
@@ -473,30 +622,59 @@ fn shape(kind: ShapeKind, shapes: Vec<String>, dims: Vec<u64>, dim: Option<i64>)
 
 #[allow(clippy::too_many_lines)]
 fn shape_mismatch(line: &str) -> Option<ShapeFacts> {
-    if let Some(c) = SH_MATMUL.captures(line).or_else(|| SH_MATMUL_OLD.captures(line)) {
+    if let Some(c) = SH_MATMUL
+        .captures(line)
+        .or_else(|| SH_MATMUL_OLD.captures(line))
+    {
         return Some(shape(
             ShapeKind::Matmul,
-            vec![format!("{}x{}", &c[1], &c[2]), format!("{}x{}", &c[3], &c[4])],
+            vec![
+                format!("{}x{}", &c[1], &c[2]),
+                format!("{}x{}", &c[3], &c[4]),
+            ],
             vec![num(&c[2]), num(&c[3])],
             None,
         ));
     }
     if let Some(c) = SH_BMM.captures(line) {
-        return Some(shape(ShapeKind::Matmul, vec![c[1].to_string(), c[2].to_string()], vec![], None));
+        return Some(shape(
+            ShapeKind::Matmul,
+            vec![c[1].to_string(), c[2].to_string()],
+            vec![],
+            None,
+        ));
     }
-    if let Some(c) = SH_TF_MATMUL.captures(line).or_else(|| SH_JAX_DOT.captures(line)) {
-        return Some(shape(ShapeKind::Matmul, vec![c[1].to_string(), c[2].to_string()], vec![], None));
+    if let Some(c) = SH_TF_MATMUL
+        .captures(line)
+        .or_else(|| SH_JAX_DOT.captures(line))
+    {
+        return Some(shape(
+            ShapeKind::Matmul,
+            vec![c[1].to_string(), c[2].to_string()],
+            vec![],
+            None,
+        ));
     }
     if SH_MATMUL_DIM.is_match(line) {
         return Some(shape(ShapeKind::Matmul, vec![], vec![], None));
     }
     if let Some(c) = SH_STATE.captures(line) {
-        let mut f = shape(ShapeKind::StateDict, vec![c[2].to_string(), c[3].to_string()], vec![], None);
+        let mut f = shape(
+            ShapeKind::StateDict,
+            vec![c[2].to_string(), c[3].to_string()],
+            vec![],
+            None,
+        );
         f.parameter = Some(c[1].to_string());
         return Some(f);
     }
     if let Some(c) = SH_BATCH.captures(line) {
-        return Some(shape(ShapeKind::BatchSize, vec![], vec![num(&c[1]), num(&c[2])], None));
+        return Some(shape(
+            ShapeKind::BatchSize,
+            vec![],
+            vec![num(&c[1]), num(&c[2])],
+            None,
+        ));
     }
     if let Some(c) = SH_CAT.captures(line) {
         let (dims, dim) = if let Some(e) = c.get(2) {
@@ -508,7 +686,12 @@ fn shape_mismatch(line: &str) -> Option<ShapeFacts> {
         return Some(shape(ShapeKind::Cat, vec![], dims, dim));
     }
     if let Some(c) = SH_STACK.captures(line) {
-        return Some(shape(ShapeKind::Cat, vec![c[1].to_string(), c[3].to_string()], vec![], None));
+        return Some(shape(
+            ShapeKind::Cat,
+            vec![c[1].to_string(), c[3].to_string()],
+            vec![],
+            None,
+        ));
     }
     if let Some(c) = SH_BROADCAST.captures(line) {
         return Some(shape(
@@ -527,7 +710,12 @@ fn shape_mismatch(line: &str) -> Option<ShapeFacts> {
         ));
     }
     if let Some(c) = SH_POOL.captures(line) {
-        return Some(shape(ShapeKind::Other, vec![c[1].to_string(), c[2].to_string()], vec![], None));
+        return Some(shape(
+            ShapeKind::Other,
+            vec![c[1].to_string(), c[2].to_string()],
+            vec![],
+            None,
+        ));
     }
     if line.contains("0D or 1D target tensor expected, multi-target not supported")
         || line.contains("multi-target not supported")
@@ -535,10 +723,20 @@ fn shape_mismatch(line: &str) -> Option<ShapeFacts> {
         return Some(shape(ShapeKind::Other, vec![], vec![], None));
     }
     if let Some(c) = SH_TF_BROADCAST.captures(line) {
-        return Some(shape(ShapeKind::Broadcast, vec![c[1].to_string(), c[2].to_string()], vec![], None));
+        return Some(shape(
+            ShapeKind::Broadcast,
+            vec![c[1].to_string(), c[2].to_string()],
+            vec![],
+            None,
+        ));
     }
     if let Some(c) = SH_VIEW.captures(line) {
-        return Some(shape(ShapeKind::View, vec![c[1].to_string()], vec![num(&c[2])], None));
+        return Some(shape(
+            ShapeKind::View,
+            vec![c[1].to_string()],
+            vec![num(&c[2])],
+            None,
+        ));
     }
     if SH_VIEW_STRIDE.is_match(line) {
         return Some(shape(ShapeKind::View, vec![], vec![], None));
@@ -548,7 +746,10 @@ fn shape_mismatch(line: &str) -> Option<ShapeFacts> {
         let weight = if weight.starts_with('[') {
             weight
         } else {
-            format!("[{}]", weight.split_whitespace().collect::<Vec<_>>().join(", "))
+            format!(
+                "[{}]",
+                weight.split_whitespace().collect::<Vec<_>>().join(", ")
+            )
         };
         return Some(shape(
             ShapeKind::ConvChannels,
@@ -574,25 +775,50 @@ fn shape_mismatch(line: &str) -> Option<ShapeFacts> {
         ));
     }
     if let Some(c) = SH_TARGET.captures(line) {
-        return Some(shape(ShapeKind::Other, vec![c[1].to_string(), c[2].to_string()], vec![], None));
+        return Some(shape(
+            ShapeKind::Other,
+            vec![c[1].to_string(), c[2].to_string()],
+            vec![],
+            None,
+        ));
     }
     if let Some(c) = SH_RUNNING_MEAN
         .captures(line)
         .or_else(|| SH_RNN_INPUT.captures(line))
     {
-        return Some(shape(ShapeKind::Other, vec![], vec![num(&c[1]), num(&c[2])], None));
+        return Some(shape(
+            ShapeKind::Other,
+            vec![],
+            vec![num(&c[1]), num(&c[2])],
+            None,
+        ));
     }
     if let Some(c) = SH_HIDDEN.captures(line) {
-        return Some(shape(ShapeKind::Other, vec![c[1].to_string(), c[2].to_string()], vec![], None));
+        return Some(shape(
+            ShapeKind::Other,
+            vec![c[1].to_string(), c[2].to_string()],
+            vec![],
+            None,
+        ));
     }
     if let Some(c) = SH_DIM_RANGE.captures(line) {
         return Some(shape(ShapeKind::Other, vec![], vec![], c[3].parse().ok()));
     }
     if let Some(c) = SH_KERAS.captures(line) {
-        return Some(shape(ShapeKind::Matmul, vec![c[3].to_string()], vec![num(&c[2])], c[1].parse().ok()));
+        return Some(shape(
+            ShapeKind::Matmul,
+            vec![c[3].to_string()],
+            vec![num(&c[2])],
+            c[1].parse().ok(),
+        ));
     }
     if let Some(c) = SH_KERAS_SHAPES.captures(line) {
-        return Some(shape(ShapeKind::Other, vec![c[1].to_string(), c[2].to_string()], vec![], None));
+        return Some(shape(
+            ShapeKind::Other,
+            vec![c[1].to_string(), c[2].to_string()],
+            vec![],
+            None,
+        ));
     }
     None
 }
@@ -615,16 +841,22 @@ static OOM_HEAD: LazyLock<Regex> = LazyLock::new(|| {
 });
 
 static GPU_NO: LazyLock<Regex> = LazyLock::new(|| {
-    re(r"\(GPU (\d+);|GPU (\d+) has a total capac|device:GPU:(\d+)|GPU_(\d+)_bfc|on device (\d+)|device ordinal (\d+)|Device (\d+) has")
+    re(
+        r"\(GPU (\d+);|GPU (\d+) has a total capac|device:GPU:(\d+)|GPU_(\d+)_bfc|on device (\d+)|device ordinal (\d+)|Device (\d+) has",
+    )
 });
 static REQ: LazyLock<Regex> = LazyLock::new(|| {
-    sized(r"(?:Tried to allocate|[Tt]rying to allocate|Attempting to allocate|Failed to allocate request for|[Ff]ailed to allocate|Out of memory allocating|[Oo]ut of memory while trying to allocate|allocating) {SIZE}")
+    sized(
+        r"(?:Tried to allocate|[Tt]rying to allocate|Attempting to allocate|Failed to allocate request for|[Ff]ailed to allocate|Out of memory allocating|[Oo]ut of memory while trying to allocate|allocating) {SIZE}",
+    )
 });
 static EXACT_BYTES: LazyLock<Regex> =
     LazyLock::new(|| re(r"\((?:rounded to )?(\d+)(?:B| bytes)?\)"));
 static OLD_PAREN: LazyLock<Regex> = LazyLock::new(|| re(r"\(GPU \d+; ([^)]{1,600})\)"));
 static OLD_PIECE: LazyLock<Regex> = LazyLock::new(|| {
-    sized(r"^\s*{SIZE} (total capacity|already allocated|free|reserved in total by PyTorch|cached|allowed)")
+    sized(
+        r"^\s*{SIZE} (total capacity|already allocated|free|reserved in total by PyTorch|cached|allowed)",
+    )
 });
 static NEW_TOTAL: LazyLock<Regex> =
     LazyLock::new(|| sized(r"total capaci?ty of {SIZE} of which {SIZE} is free"));
@@ -640,8 +872,9 @@ static SO_FAR: LazyLock<Regex> = LazyLock::new(|| sized(r"allocated so far: {SIZ
 static MPS: LazyLock<Regex> = LazyLock::new(|| {
     sized(r"MPS allocated: {SIZE}, other allocations: {SIZE}, max allowed: {SIZE}")
 });
-static TF_SHAPE: LazyLock<Regex> =
-    LazyLock::new(|| re(r"OOM when allocating tensor with shape\s?\[([\d,\s]{0,200})\] and type (\w+)"));
+static TF_SHAPE: LazyLock<Regex> = LazyLock::new(|| {
+    re(r"OOM when allocating tensor with shape\s?\[([\d,\s]{0,200})\] and type (\w+)")
+});
 
 fn size_at(c: &regex::Captures<'_>, i: usize) -> Option<u64> {
     c.get(i).and_then(|m| parse_size(m.as_str()))
@@ -686,11 +919,7 @@ fn out_of_memory(line: &str) -> Option<(Failure, u8)> {
         || has("from device:")
     {
         Framework::TensorFlow
-    } else if has("RESOURCE_EXHAUSTED")
-        || has("Resource exhausted")
-        || has("jax")
-        || has("Xla")
-    {
+    } else if has("RESOURCE_EXHAUSTED") || has("Resource exhausted") || has("jax") || has("Xla") {
         Framework::Jax
     } else if has("CUDA out of memory")
         || has("XPU out of memory")
@@ -710,7 +939,9 @@ fn out_of_memory(line: &str) -> Option<(Failure, u8)> {
 pub(crate) fn oom_facts(text: &str, framework: Framework) -> OomFacts {
     let mut f = OomFacts::empty(framework);
     if let Some(c) = GPU_NO.captures(text) {
-        f.gpu = (1..=7).find_map(|i| c.get(i)).and_then(|m| m.as_str().parse().ok());
+        f.gpu = (1..=7)
+            .find_map(|i| c.get(i))
+            .and_then(|m| m.as_str().parse().ok());
     }
     if let Some(c) = REQ.captures(text) {
         f.requested = size_at(&c, 1);

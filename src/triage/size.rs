@@ -33,7 +33,11 @@ pub fn parse_size(text: &str) -> Option<u64> {
         return None;
     }
     let int: u128 = int_part.parse().ok()?;
-    let frac: u128 = if frac_part.is_empty() { 0 } else { frac_part.parse().ok()? };
+    let frac: u128 = if frac_part.is_empty() {
+        0
+    } else {
+        frac_part.parse().ok()?
+    };
     let scale = 10u128.checked_pow(u32::try_from(frac_part.len()).ok()?)?;
     let whole = int.checked_mul(unit)?;
     // round half up: (frac × unit + scale/2) / scale

@@ -1522,3 +1522,33 @@ fn real_world_variants_classify() {
         assert!(ok, "{line}\n  want {want:?}\n  got  {got:?}");
     }
 }
+
+#[test]
+fn absurd_numbers_do_not_overflow() {
+    let text = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 16000000.00 TiB. GPU 0 \
+                has a total capacity of 16000000.00 TiB of which 16000000.00 TiB is free. Process 1 \
+                has 16000000.00 TiB memory in use. Process 2 has 16000000.00 TiB memory in use. \
+                Including non-PyTorch memory, this process has 16000000.00 TiB memory in use. Of \
+                the allocated memory 16000000.00 TiB is allocated by PyTorch, and 16000000.00 TiB \
+                is reserved by PyTorch but unallocated.";
+    let a = analyze(text);
+    let big = Context {
+        job_pids: vec![3],
+        batch_size: Some(u64::MAX),
+        gpus: vec![GpuView {
+            total: u64::MAX,
+            used: u64::MAX,
+            ..h200(
+                0,
+                0,
+                vec![
+                    proc(3, u64::MAX, "u", "c", true),
+                    proc(4, u64::MAX, "u", "c", false),
+                ],
+            )
+        }],
+        ..Context::default()
+    };
+    let _ = render_text(&diagnose(&a, Some(&big)));
+    let _ = render_text(&diagnose(&a, None));
+}

@@ -346,6 +346,11 @@ fn short(s: &str, max: usize) -> String {
     }
 }
 
+/// Sizes come from untrusted text: add without overflowing.
+fn sum_bytes(values: impl Iterator<Item = u64>) -> u64 {
+    values.fold(0, u64::saturating_add)
+}
+
 fn within_1pct(a: u64, b: u64) -> bool {
     let (hi, lo) = if a > b { (a, b) } else { (b, a) };
     (hi - lo) as f64 <= hi as f64 * 0.01
@@ -373,11 +378,12 @@ fn oom(d: &mut Diagnosis, f: &OomFacts, ctx: Option<&Context>) {
         .and_then(|(c, i)| c.gpus.iter().find(|g| g.index == i));
     let job_pids: &[u32] = ctx.map_or(&[], |c| c.job_pids.as_slice());
     let job_bytes_ctx: Option<u64> = view.map(|g| {
-        g.processes
-            .iter()
-            .filter(|p| p.is_job || job_pids.contains(&p.pid))
-            .map(|p| p.bytes)
-            .sum()
+        sum_bytes(
+            g.processes
+                .iter()
+                .filter(|p| p.is_job || job_pids.contains(&p.pid))
+                .map(|p| p.bytes),
+        )
     });
 
     // Which of the message's processes are the job itself (container pid namespaces).
@@ -432,12 +438,12 @@ fn oom(d: &mut Diagnosis, f: &OomFacts, ctx: Option<&Context>) {
     // external too; below 1 GiB it is driver overhead and noise.
     let unattributed = view
         .map(|g| {
-            let listed: u64 = g.processes.iter().map(|p| p.bytes).sum();
+            let listed = sum_bytes(g.processes.iter().map(|p| p.bytes));
             g.used.saturating_sub(listed)
         })
         .filter(|u| *u >= GIB)
         .unwrap_or(0);
-    let external: u64 = others.iter().map(|o| o.bytes).sum::<u64>() + unattributed;
+    let external = sum_bytes(others.iter().map(|o| o.bytes)).saturating_add(unattributed);
     let own = own_total
         .or(job_bytes_ctx.filter(|b| *b > 0))
         .or(f.reserved)
@@ -747,7 +753,7 @@ fn own_fixes(
                 (Some(current), Some(smaller), Some(steps)) => format!(
                     "Accumulate {steps} steps of {smaller} for an effective batch of {} (was \
                      {current}).",
-                    smaller * steps
+                    smaller.saturating_mul(steps)
                 ),
                 _ =>
                     "Accumulate k smaller steps so the effective batch stays the same.".to_string(),
@@ -1288,6 +1294,17 @@ fn known(d: &mut Diagnosis, k: KnownFailure, line: &str, ctx: Option<&Context>) 
     {
         d.facts
             .push(format!("kernel assertion: {}", short(a.trim(), 200)));
+    }
+    if let Some(c) = ctx
+        && matches!(k, K::NoKernelImage | K::DriverTooOld | K::EccError)
+        && !c.gpus.is_empty()
+    {
+        let names: Vec<String> = c
+            .gpus
+            .iter()
+            .map(|g| format!("GPU {} {}", g.index, g.name))
+            .collect();
+        d.facts.push(format!("GPUs here: {}", names.join(", ")));
     }
     if let Some(c) = ctx
         && matches!(k, K::NoGpu | K::InvalidDeviceOrdinal)

@@ -818,6 +818,10 @@ fn dump_diagnoses() {
         "shape-matmul.txt",
         "known-device-assert.txt",
         "unknown-keyerror.txt",
+        "shape-state-dict.txt",
+        "shape-batch-real.txt",
+        "known-nccl-timeout.txt",
+        "oom-jax-real.txt",
     ] {
         let d = gpuwatch::triage::diagnose(&run(name), None);
         println!(

@@ -527,7 +527,8 @@ fn oom(d: &mut Diagnosis, f: &OomFacts, ctx: Option<&Context>) {
             && (requested.is_some_and(|r| u >= r)
                 || (u >= GIB && f.reserved.is_some_and(|r| u.saturating_mul(4) >= r)))
     });
-    let has_numbers = requested.is_some() || f.allocated.is_some() || own.is_some();
+    // What the job itself held, or the GPU's state: without either, "own tensors" is a guess.
+    let has_numbers = f.allocated.is_some() || own.is_some() || (total.is_some() && free.is_some());
 
     if external_case {
         d.case = Case::ExternalPressure;
@@ -590,6 +591,17 @@ fn oom(d: &mut Diagnosis, f: &OomFacts, ctx: Option<&Context>) {
              few fixed sizes keeps the blocks reusable.",
         ));
         own_fixes(d, f, ctx, total, external, false);
+    } else if let (Some(r), Some(t)) = (requested, total)
+        && r > t
+    {
+        d.case = Case::OwnTensors;
+        d.headline = format!(
+            "Out of memory on {gpu_name}: one allocation of {} is larger than the whole GPU \
+             ({})",
+            fmt_size(r),
+            fmt_size(t)
+        );
+        own_fixes(d, f, ctx, total, external, true);
     } else if has_numbers || view.is_some() {
         d.case = Case::OwnTensors;
         let mut headline = format!("Out of memory on {gpu_name}: the job's own tensors filled it");
@@ -609,12 +621,22 @@ fn oom(d: &mut Diagnosis, f: &OomFacts, ctx: Option<&Context>) {
         own_fixes(d, f, ctx, total, external, true);
     } else {
         d.case = Case::OutOfMemoryUnclear;
-        d.headline = format!("{framework} ran out of GPU memory, but the message gives no numbers");
-        d.facts.push(
-            "unknown: how much was requested, how much this job held, and whether other \
-             processes held memory"
-                .to_string(),
-        );
+        d.headline = match requested {
+            Some(r) => format!(
+                "{framework} ran out of GPU memory asking for {}; the message does not say who \
+                 held the rest",
+                fmt_size(r)
+            ),
+            None => format!("{framework} ran out of GPU memory, but the message gives no numbers"),
+        };
+        d.facts.push(format!(
+            "unknown: {}how much this job held, and whether other processes held memory",
+            if requested.is_none() {
+                "how much was requested, "
+            } else {
+                ""
+            }
+        ));
         match f.framework {
             Framework::Cublas | Framework::Cudnn => d.facts.push(format!(
                 "{framework} could not allocate its workspace or handle: the GPU was already full \
@@ -682,6 +704,44 @@ fn another_gpu(ctx: Option<&Context>, failed: Option<u32>, footprint: u64) -> Fi
     }
 }
 
+/// Code for the own-tensor fixes, in the framework that failed.
+struct Snippets {
+    accumulate: &'static str,
+    mixed_precision: &'static str,
+    checkpointing: &'static str,
+}
+
+fn snippets(framework: Framework) -> Snippets {
+    match framework {
+        Framework::Jax => Snippets {
+            accumulate: "    optax.MultiSteps(optimizer, every_k_schedule=accum_steps)",
+            mixed_precision: "Keep activations (and params where it is safe) in bfloat16: \
+                              x.astype(jnp.bfloat16); jmp policies do it per module.",
+            checkpointing: "Recompute blocks in the backward pass: jax.checkpoint(block) \
+                            (flax: nn.remat(Block)).",
+        },
+        Framework::TensorFlow => Snippets {
+            accumulate: "Accumulate gradients over accum_steps batches before \
+                         optimizer.apply_gradients (Keras 3: \
+                         optimizer = keras.optimizers.Adam(gradient_accumulation_steps=k)).",
+            mixed_precision: "    tf.keras.mixed_precision.set_global_policy(\"mixed_float16\")",
+            checkpointing: "Recompute activations: tf.recompute_grad(block) around the large \
+                            blocks.",
+        },
+        _ => Snippets {
+            accumulate: "    loss = loss_fn(model(x), y) / accum_steps\n    loss.backward()\n    \
+                         if (step + 1) % accum_steps == 0:\n        optimizer.step(); \
+                         optimizer.zero_grad()",
+            mixed_precision: "Activations in bf16 take half the memory:\n    \
+                              with torch.autocast(\"cuda\", dtype=torch.bfloat16):\n        \
+                              loss = loss_fn(model(x), y)",
+            checkpointing: "Trade compute for memory: torch.utils.checkpoint.checkpoint(block, x, \
+                            use_reentrant=False) around the large blocks (Hugging Face: \
+                            model.gradient_checkpointing_enable()).",
+        },
+    }
+}
+
 #[allow(clippy::too_many_lines)]
 fn own_fixes(
     d: &mut Diagnosis,
@@ -692,6 +752,7 @@ fn own_fixes(
     primary: bool,
 ) {
     let batch = ctx.and_then(|c| c.batch_size);
+    let snippets = snippets(f.framework);
     let overhead = match (f.process_total, f.reserved) {
         (Some(p), Some(r)) => p.saturating_sub(r),
         _ => 0,
@@ -746,9 +807,7 @@ fn own_fixes(
     d.fixes.push(fix(
         "Keep the effective batch with gradient accumulation",
         format!(
-            "{}\n    loss = loss_fn(model(x), y) / accum_steps\n    loss.backward()\n    \
-             if (step + 1) % accum_steps == 0:\n        optimizer.step(); \
-             optimizer.zero_grad()",
+            "{}\n{}",
             match (batch, estimate, steps) {
                 (Some(current), Some(smaller), Some(steps)) => format!(
                     "Accumulate {steps} steps of {smaller} for an effective batch of {} (was \
@@ -757,22 +816,19 @@ fn own_fixes(
                 ),
                 _ =>
                     "Accumulate k smaller steps so the effective batch stays the same.".to_string(),
-            }
+            },
+            snippets.accumulate
         ),
     ));
-    d.fixes.push(fix(
-        "Use mixed precision",
-        "Activations in bf16 take half the memory:\n    \
-         with torch.autocast(\"cuda\", dtype=torch.bfloat16):\n        loss = loss_fn(model(x), y)",
-    ));
+    d.fixes
+        .push(fix("Use mixed precision", snippets.mixed_precision));
     d.fixes.push(fix(
         "Recompute activations (activation checkpointing)",
-        "Trade compute for memory: torch.utils.checkpoint.checkpoint(block, x, \
-         use_reentrant=False) around the large blocks (Hugging Face: \
-         model.gradient_checkpointing_enable()).",
+        snippets.checkpointing,
     ));
     if let (Some(a), Some(r)) = (f.allocated, f.reserved)
         && r.saturating_sub(a) >= GIB
+        && !matches!(f.framework, Framework::Jax | Framework::TensorFlow)
     {
         d.fixes.push(fix(
             "Release the cache between phases",
@@ -1066,7 +1122,6 @@ fn shape(d: &mut Diagnosis, f: &ShapeFacts) {
 fn known(d: &mut Diagnosis, k: KnownFailure, line: &str, ctx: Option<&Context>) {
     use KnownFailure as K;
     d.case = Case::Known(k);
-    d.facts.push(format!("error: {}", short(line.trim(), 300)));
     let (headline, fixes): (&str, Vec<Fix>) = match k {
         K::DeviceSideAssert => (
             "A CUDA kernel assertion failed (device-side assert): usually an index out of range",

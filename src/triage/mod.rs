@@ -72,6 +72,20 @@ pub enum Failure {
     Unknown,
 }
 
+impl Failure {
+    /// A stable short name for logs, metrics and JSON consumers: `out_of_memory`,
+    /// `device_mismatch`, `shape_mismatch`, `known`, `unknown`.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Failure::OutOfMemory(_) => "out_of_memory",
+            Failure::DeviceMismatch(_) => "device_mismatch",
+            Failure::ShapeMismatch(_) => "shape_mismatch",
+            Failure::Known(..) => "known",
+            Failure::Unknown => "unknown",
+        }
+    }
+}
+
 /// Known GPU (and neighbouring) failures that need no facts beyond the line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum KnownFailure {

@@ -785,6 +785,27 @@ fn unknown_keeps_the_root_of_a_chain_and_skips_the_agent() {
 }
 
 #[test]
+fn nccl_duplicate_gpu_names_the_cause() {
+    let text = "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/\
+                NCCLUtils.hpp:219, invalid usage (run with NCCL_DEBUG=WARN for details), NCCL \
+                version 2.19.3\nncclInvalidUsage: This usually reflects invalid usage of NCCL \
+                library.\nLast error:\nDuplicate GPU detected : rank 1 and rank 0 both on CUDA \
+                device 1000\n";
+    let a = analyze(text);
+    assert!(
+        matches!(&a.failure, Failure::Known(KnownFailure::NcclError, l) if l.starts_with("Duplicate GPU")),
+        "{:?}",
+        a.failure
+    );
+    let d = diagnose(&a, None);
+    assert!(
+        d.fixes[0]
+            .detail
+            .contains("torch.cuda.set_device(local_rank)")
+    );
+}
+
+#[test]
 fn every_fixture_is_asserted() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/triage");
     let this = include_str!("triage_corpus.rs");
@@ -1512,6 +1533,39 @@ fn real_world_variants_classify() {
         (
             "INFO: Using backend nccl with size 8 on device cuda:0",
             Want::Unknown,
+        ),
+        (
+            "tensorflow.python.framework.errors_impl.ResourceExhaustedError: failed to allocate memory [Op:AddV2]",
+            Want::Oom(Framework::TensorFlow),
+        ),
+        (
+            "RuntimeError: Expected tensor for 'out' to have the same device as tensor for argument #1 'self'; but device 0 does not equal 1 (while checking arguments for addmm_out)",
+            Want::Dev,
+        ),
+        ("RuntimeError: Tensors must be CUDA and dense", Want::Dev),
+        (
+            "RuntimeError: No backend type associated with device type cpu",
+            Want::Dev,
+        ),
+        (
+            "RuntimeError: CUDA error: the provided PTX was compiled with an unsupported toolchain.",
+            Want::Known(K::DriverTooOld),
+        ),
+        (
+            "jaxlib.xla_extension.XlaRuntimeError: FAILED_PRECONDITION: DNN library initialization failed.",
+            Want::Known(K::CudnnError),
+        ),
+        (
+            "tensorflow.python.framework.errors_impl.UnknownError: Failed to get convolution algorithm. This is probably because cuDNN failed to initialize",
+            Want::Known(K::CudnnError),
+        ),
+        (
+            "RuntimeError: \"nll_loss_forward_reduce_cuda_kernel_2d_index\" not implemented for 'Int'",
+            Want::Known(K::DtypeMismatch),
+        ),
+        (
+            "XlaRuntimeError: INTERNAL: custom call 'xla.gpu.all_reduce' failed: NCCL operation ncclAllReduce(send_buffer, recv_buffer) failed: unhandled cuda error",
+            Want::Known(K::NcclError),
         ),
     ];
     for (line, want) in cases {

@@ -1344,6 +1344,19 @@ fn known(d: &mut Diagnosis, k: KnownFailure, line: &str, ctx: Option<&Context>) 
     };
     d.headline = headline.to_string();
     d.fixes = fixes;
+    if k == K::NcclError && line.contains("Duplicate GPU detected") {
+        d.headline = "Two ranks use the same GPU (NCCL: duplicate GPU detected)".to_string();
+        d.fixes.insert(
+            0,
+            fix(
+                "Give each rank its own GPU",
+                "    local_rank = int(os.environ[\"LOCAL_RANK\"])\n    \
+                 torch.cuda.set_device(local_rank)   # before init_process_group\n\
+                 and check that --nproc_per_node does not exceed the GPUs CUDA_VISIBLE_DEVICES \
+                 shows.",
+            ),
+        );
+    }
     if k == K::DeviceSideAssert
         && let Some(a) = &d.analysis.assertion
     {

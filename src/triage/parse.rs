@@ -230,6 +230,16 @@ const PHRASES: &[&str] = &[
     "to numpy",
     "Backend, but got",
     "must be on the current device",
+    "Duplicate GPU",
+    "PTX was compiled",
+    "NCCL operation",
+    "DNN library initialization",
+    "convolution algorithm",
+    "ResourceExhaustedError",
+    "must be CUDA and dense",
+    "No backend type associated",
+    "not implemented for '",
+    "to have the same device",
     "bias type",
     "index out of range",
     "out of bounds for dimension",
@@ -323,7 +333,7 @@ static DEV_ARG_ON: LazyLock<Regex> = LazyLock::new(|| {
 });
 static DEV_SAME_AS: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"Expected tensor for argument #\d+ '(\w+)' to have the same device as tensor for argument #\d+ '(\w+)'; but device (\d+) does not equal (\d+)(?: \(while checking arguments for (\w+)\))?",
+        r"Expected tensor for (?:argument #\d+ )?'(\w+)' to have the same device as tensor for (?:argument #\d+ )?'(\w+)'; but device (\d+) does not equal (\d+)(?: \(while checking arguments for (\w+)\))?",
     )
 });
 static DEV_RNN: LazyLock<Regex> = LazyLock::new(|| {
@@ -488,6 +498,16 @@ fn device_mismatch(line: &str) -> Option<(Failure, u8)> {
             vec![clean_device(&c[1]), "cpu".to_string()],
             None,
             Some("numpy".to_string()),
+        );
+    }
+    if line.contains("Tensors must be CUDA and dense")
+        || line.contains("No backend type associated with device type cpu")
+    {
+        // A CPU tensor handed to an NCCL collective.
+        return facts(
+            vec!["cpu".to_string(), "cuda".to_string()],
+            None,
+            Some("collective".to_string()),
         );
     }
     if line.contains("Placeholder storage has not been allocated on MPS device") {
@@ -836,7 +856,7 @@ static OOM_HEAD: LazyLock<Regex> = LazyLock::new(|| {
         r"(?P<jax>RESOURCE_EXHAUSTED|Resource exhausted: Out of memory|XlaRuntimeError: .{0,40}[Oo]ut of memory)|",
         r"(?P<mps>MPS backend out of memory)|",
         r"(?P<bfc>ran out of memory trying to allocate)|",
-        r"(?P<generic>OutOfMemoryError|Out of memory allocating|cuda runtime error \(2\) : out of memory|error=2 : out of memory|Cuda failure 'out of memory'|cudaMalloc failed: out of memory|Dst tensor is not initialized|No available memory for the cache blocks|larger than the maximum number of tokens that can be stored in KV cache)"
+        r"(?P<generic>OutOfMemoryError|Out of memory allocating|ResourceExhaustedError|cuda runtime error \(2\) : out of memory|error=2 : out of memory|Cuda failure 'out of memory'|cudaMalloc failed: out of memory|Dst tensor is not initialized|No available memory for the cache blocks|larger than the maximum number of tokens that can be stored in KV cache)"
     ))
 });
 
@@ -1045,7 +1065,7 @@ static KNOWN: LazyLock<Vec<(Regex, KnownFailure, u8)>> = LazyLock::new(|| {
     [
         (r"(?i)device-side assert(?:ion)? triggered|cudaErrorAssert|CUDA_ERROR_ASSERT", K::DeviceSideAssert, RANK_ROOT),
         (r"(?i)no kernel image is available|cudaErrorNoKernelImageForDevice|invalid device function|CUDA_ERROR_NO_BINARY_FOR_GPU|hipErrorNoBinaryForGpu|is not compatible with the current PyTorch installation", K::NoKernelImage, RANK_ENV),
-        (r"(?i)NVIDIA driver on your system is too old|driver version is insufficient for CUDA runtime|cudaErrorInsufficientDriver|CUDA_ERROR_SYSTEM_DRIVER_MISMATCH|forward compatibility was attempted on non supported HW|unsupported display driver / cuda driver combination", K::DriverTooOld, RANK_ENV),
+        (r"(?i)NVIDIA driver on your system is too old|driver version is insufficient for CUDA runtime|cudaErrorInsufficientDriver|CUDA_ERROR_SYSTEM_DRIVER_MISMATCH|forward compatibility was attempted on non supported HW|unsupported display driver / cuda driver combination|PTX was compiled with an unsupported toolchain", K::DriverTooOld, RANK_ENV),
         (r"(?i)uncorrectable ECC error|cudaErrorECCUncorrectable|CUDA_ERROR_ECC_UNCORRECTABLE", K::EccError, RANK_ENV),
         (r"Torch not compiled with CUDA enabled", K::NotCompiledWithCuda, RANK_ENV),
         (r"Attempting to deserialize object on (?:a )?CUDA device", K::CudaDeserialize, RANK_ENV),
@@ -1055,16 +1075,18 @@ static KNOWN: LazyLock<Vec<(Regex, KnownFailure, u8)>> = LazyLock::new(|| {
         (r"(?i)CUDA unknown error|CUDA error: unknown error|cudaErrorUnknown|CUDA error: initialization error|cudaErrorInitializationError|CUDA_ERROR_NOT_INITIALIZED", K::CudaInit, RANK_ENV),
         (r"(?i)DefaultCPUAllocator: (?:can't allocate memory|not enough memory)|^Killed$|Signal 9 \(SIGKILL\) received|exitcode\s*:\s*-9\b|DataLoader worker \(pid\(?s?\)? ?[\d, ]*\)? is killed by signal: Killed|std::bad_alloc", K::HostOutOfMemory, RANK_HOST),
         (r"(?i)insufficient shared memory \(shm\)|unable to (?:write to file|open shared memory object)|DataLoader worker .{0,40}killed by signal: Bus error|bus error", K::SharedMemory, RANK_HOST),
-        (r"expected scalar type \w+ but found \w+|expected (?:mat1 and mat2|m1 and m2) to have the same dtype|[Ff]ound dtype \w+ but expected \w+|Expected object of scalar type \w+ but got scalar type|and bias type .{0,60} should be the same|must have the same dtype", K::DtypeMismatch, RANK_ROOT),
+        (r"expected scalar type \w+ but found \w+|expected (?:mat1 and mat2|m1 and m2) to have the same dtype|[Ff]ound dtype \w+ but expected \w+|Expected object of scalar type \w+ but got scalar type|and bias type .{0,60} should be the same|must have the same dtype|not implemented for '\w+'", K::DtypeMismatch, RANK_ROOT),
         (r"index out of range in self|index \d+ is out of bounds for dimension|Target -?\d+ is out of bounds", K::IndexOutOfRange, RANK_ROOT),
         // Below the shape ranks so a `size mismatch for` in the same message wins.
         (r"(?:Missing|Unexpected) key\(s\) in state_dict", K::StateDictKeys, RANK_ROOT - 2),
         (r"(?i)an illegal memory access was encountered|cudaErrorIllegalAddress|CUDA_ERROR_ILLEGAL_ADDRESS", K::IllegalMemoryAccess, RANK_ILLEGAL),
         (r"(?i)unspecified launch failure|misaligned address|the launch timed out and was terminated|an illegal instruction was encountered|cudaErrorLaunchFailure|CUDA_ERROR_LAUNCH_FAILED", K::LaunchFailure, RANK_ILLEGAL),
-        (r"CUDNN_STATUS_\w+|cuDNN error|Unable to find a valid cuDNN algorithm", K::CudnnError, RANK_LIB),
+        (r"CUDNN_STATUS_\w+|cuDNN error|Unable to find a valid cuDNN algorithm|DNN library initialization failed|Failed to get convolution algorithm", K::CudnnError, RANK_LIB),
         (r"CUBLAS_STATUS_\w+|cuBLAS error", K::CublasError, RANK_LIB),
         (r"(?i)Watchdog caught collective operation timeout|collective operation timeout|NCCL communicator was aborted|ProcessGroupNCCL.{0,80}timed out|DistStoreError: .{0,60}timed? ?out|Socket Timeout|Timed out initializing process group", K::NcclTimeout, RANK_NCCL_TIMEOUT),
-        (r"(?i:NCCL error)|ncclUnhandledCudaError|ncclSystemError|ncclInternalError|ncclInvalidArgument|ncclInvalidUsage|ncclRemoteError|unhandled system error, NCCL version|DistBackendError", K::NcclError, RANK_NCCL),
+        // The specific reason NCCL gives beats its generic "NCCL error" line.
+        (r"Duplicate GPU detected", K::NcclError, RANK_NCCL + 1),
+        (r"(?i:NCCL error)|NCCL operation \w+|ncclUnhandledCudaError|ncclSystemError|ncclInternalError|ncclInvalidArgument|ncclInvalidUsage|ncclRemoteError|unhandled system error, NCCL version|DistBackendError", K::NcclError, RANK_NCCL),
     ]
     .into_iter()
     .map(|(p, k, r)| (re(p), k, r))

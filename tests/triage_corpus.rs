@@ -993,6 +993,23 @@ fn diagnose_own_tensors_without_batch() {
 }
 
 #[test]
+fn diagnose_small_cache_is_not_fragmentation() {
+    // 40 MiB cached next to a 20 MiB request on a 2 GiB GPU: not what expandable segments fix;
+    // 0.86 GiB was held outside PyTorch.
+    let d = diagnose(&run("oom-torch-1.x-reserved.txt"), None);
+    assert_eq!(d.case, Case::OwnTensors, "{}", d.headline);
+    assert!(!all_fix_text(&d).contains("expandable_segments"));
+    assert_eq!(d.fixes[0].title, "Check what else holds the GPU");
+    assert!(
+        d.facts
+            .iter()
+            .any(|f| f.starts_with("880.64 MiB of the GPU was held outside")),
+        "{:?}",
+        d.facts
+    );
+}
+
+#[test]
 fn diagnose_bare_oom_says_what_is_unknown() {
     let d = diagnose(&run("oom-cuda-error-bare.txt"), None);
     assert_eq!(d.case, Case::OutOfMemoryUnclear);

@@ -9,8 +9,9 @@
 //!   processes holding ≥ 25 % of the GPU. Fixes: another GPU (with a context: the GPU with the
 //!   most free memory now, if it fits the job's footprint), then the other processes by name,
 //!   then the job's own footprint.
-//! * **Fragmentation** when PyTorch's reserved-but-unallocated memory is at least the request,
-//!   or a large share of what it reserved (≥ 25 % and ≥ 1 GiB). Only then is
+//! * **Fragmentation** when PyTorch's reserved-but-unallocated memory is at least the request
+//!   and material (≥ 1 GiB or ≥ 5 % of what it reserved), or a large share of what it reserved
+//!   (≥ 25 % and ≥ 1 GiB). Only then is
 //!   `PYTORCH_ALLOC_CONF=expandable_segments:True` the first fix (older versions read
 //!   `PYTORCH_CUDA_ALLOC_CONF`, still accepted as an alias); it is never recommended otherwise.
 //! * **Own tensors** otherwise: reduce the per-device batch first (when the batch is known, the
@@ -522,11 +523,23 @@ fn oom(d: &mut Diagnosis, f: &OomFacts, ctx: Option<&Context>) {
             _ => total.is_some_and(|t| external.saturating_mul(4) >= t),
         };
     let unalloc = f.reserved_unallocated;
+    // Material: at least 1 GiB or 5 % of what PyTorch reserved; a few MiB of cached small
+    // blocks next to a small request is not what expandable segments fix.
+    let material = |u: u64| u >= GIB || f.reserved.is_some_and(|r| u.saturating_mul(20) >= r);
     let frag_case = unalloc.is_some_and(|u| {
         u > 0
-            && (requested.is_some_and(|r| u >= r)
+            && ((requested.is_some_and(|r| u >= r) && material(u))
                 || (u >= GIB && f.reserved.is_some_and(|r| u.saturating_mul(4) >= r)))
     });
+    // Old wording, no process list: what neither PyTorch nor the free pool holds was held by
+    // the CUDA context, other processes or a display.
+    let outside = match (f.total, f.free, f.reserved, f.process_total) {
+        (Some(t), Some(fr), Some(r), None) if f.processes.is_empty() && ctx.is_none() => {
+            Some(t.saturating_sub(fr).saturating_sub(r))
+        }
+        _ => None,
+    }
+    .filter(|o| *o >= GIB / 2 && total.is_some_and(|t| o.saturating_mul(4) >= t));
     // What the job itself held, or the GPU's state: without either, "own tensors" is a guess.
     let has_numbers = f.allocated.is_some() || own.is_some() || (total.is_some() && free.is_some());
 
@@ -618,6 +631,21 @@ fn oom(d: &mut Diagnosis, f: &OomFacts, ctx: Option<&Context>) {
             );
         }
         d.headline = headline;
+        if let Some(o) = outside {
+            d.facts.push(format!(
+                "{} of the GPU was held outside PyTorch (the CUDA context, other processes, a \
+                 display)",
+                fmt_size(o)
+            ));
+            d.fixes.push(fix(
+                "Check what else holds the GPU",
+                format!(
+                    "{} is not PyTorch's: `gpuwatch` (or nvidia-smi) shows which processes hold \
+                     it; `gpuwatch run -- …` names them when the job fails.",
+                    fmt_size(o)
+                ),
+            ));
+        }
         own_fixes(d, f, ctx, total, external, true);
     } else {
         d.case = Case::OutOfMemoryUnclear;

@@ -806,6 +806,13 @@ fn nccl_duplicate_gpu_names_the_cause() {
 }
 
 #[test]
+fn pytest_failure_lines_are_exceptions() {
+    let a = analyze("    def test_step():\n>       step()\nE       KeyError: 'label'\n");
+    assert_eq!(a.failure, Failure::Unknown);
+    assert_eq!(a.excerpt, vec!["E       KeyError: 'label'".to_string()]);
+}
+
+#[test]
 fn every_fixture_is_asserted() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/triage");
     let this = include_str!("triage_corpus.rs");
@@ -1554,6 +1561,10 @@ fn real_world_variants_classify() {
         (
             "tensorflow.python.framework.errors_impl.ResourceExhaustedError: failed to allocate memory [Op:AddV2]",
             Want::Oom(Framework::TensorFlow),
+        ),
+        (
+            "RuntimeError: HIP error: out of memory",
+            Want::Oom(Framework::Rocm),
         ),
         (
             "RuntimeError: Expected tensor for 'out' to have the same device as tensor for argument #1 'self'; but device 0 does not equal 1 (while checking arguments for addmm_out)",

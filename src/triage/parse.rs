@@ -88,7 +88,9 @@ pub(crate) fn is_assertion(line: &str) -> bool {
 }
 
 static EXCEPTION: LazyLock<Regex> = LazyLock::new(|| {
-    re(r"^(?:\[[^\]]{1,40}\]:?\s*)?[A-Za-z_][\w.]{0,120}(?:Error|Exception|Interrupt|Exit)\b:?")
+    re(
+        r"^(?:\[[^\]]{1,40}\]:?\s*|E\s{2,})?[A-Za-z_][\w.]{0,120}(?:Error|Exception|Interrupt|Exit)\b:?",
+    )
 });
 
 pub(crate) fn is_exception_line(line: &str) -> bool {
@@ -849,7 +851,7 @@ fn shape_mismatch(line: &str) -> Option<ShapeFacts> {
 static OOM_HEAD: LazyLock<Regex> = LazyLock::new(|| {
     re(concat!(
         r"(?P<torch>(?P<accel>CUDA|HIP|XPU) out of memory)|",
-        r"(?P<cudaerr>CUDA error: out of memory|cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY|hipErrorOutOfMemory|CUDA driver error: out of memory)|",
+        r"(?P<cudaerr>CUDA error: out of memory|HIP error: out of memory|cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY|hipErrorOutOfMemory|CUDA driver error: out of memory)|",
         r"(?P<cublas>CUBLAS_STATUS_ALLOC_FAILED)|",
         r"(?P<cudnn>CUDNN_STATUS_NOT_ALLOCATED|CUDNN_STATUS_ALLOC_FAILED)|",
         r"(?P<tf>OOM when allocating)|",
@@ -920,7 +922,7 @@ fn out_of_memory(line: &str) -> Option<(Failure, u8)> {
     }
     let has = |p: &str| line.contains(p);
     let mut rank = RANK_ROOT;
-    let framework = if has("HIP out of memory") || has("hipError") {
+    let framework = if has("HIP out of memory") || has("hipError") || has("HIP error") {
         Framework::Rocm
     } else if has("MPS backend out of memory") {
         Framework::Mps

@@ -1017,6 +1017,35 @@ fn diagnose_small_cache_is_not_fragmentation() {
 }
 
 #[test]
+fn diagnose_fragmentation_needs_the_request_to_fit_a_compacted_cache() {
+    // 9.35 GiB cached + 12.73 GiB free < 22.78 GiB asked: compaction would not have helped.
+    let big = analyze(
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 22.78 GiB. GPU 0 has a \
+         total capacity of 31.47 GiB of which 12.73 GiB is free. Including non-PyTorch memory, \
+         this process has 18.73 GiB memory in use. Of the allocated memory 9.08 GiB is \
+         allocated by PyTorch, and 9.35 GiB is reserved by PyTorch but unallocated.",
+    );
+    assert_eq!(diagnose(&big, None).case, Case::OwnTensors);
+    // 0 bytes free, 2.30 GiB cached, 1.70 GiB asked: fragmentation.
+    let frag = analyze(
+        "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.70 GiB. GPU 0 has \
+         a total capacty of 6.00 GiB of which 0 bytes is free. Of the allocated memory 2.93 GiB \
+         is allocated by PyTorch, and 2.30 GiB is reserved by PyTorch but unallocated.",
+    );
+    assert_eq!(diagnose(&frag, None).case, Case::Fragmentation);
+    // A partial paste without the "CUDA out of memory" head is still an OOM.
+    let partial = analyze(
+        "Tried to allocate 20.00 MiB (GPU 0; 1.96 GiB total capacity; 1.24 GiB already \
+         allocated; 2.88 MiB free; 1.25 GiB reserved in total by PyTorch)",
+    );
+    let Failure::OutOfMemory(f) = partial.failure else {
+        panic!("{partial:?}")
+    };
+    assert_eq!(f.total, Some(sz(196, GI)));
+    assert_eq!(f.free, Some(sz(288, MI)));
+}
+
+#[test]
 fn diagnose_bare_oom_says_what_is_unknown() {
     let d = diagnose(&run("oom-cuda-error-bare.txt"), None);
     assert_eq!(d.case, Case::OutOfMemoryUnclear);

@@ -11,7 +11,8 @@
 //!   then the job's own footprint.
 //! * **Fragmentation** when PyTorch's reserved-but-unallocated memory is at least the request
 //!   and material (≥ 1 GiB or ≥ 5 % of what it reserved), or a large share of what it reserved
-//!   (≥ 25 % and ≥ 1 GiB). Only then is
+//!   (≥ 25 % and ≥ 1 GiB), and the request would have fit in the free memory plus the cache
+//!   (`requested ≤ free + reserved_unallocated`). Only then is
 //!   `PYTORCH_ALLOC_CONF=expandable_segments:True` the first fix (older versions read
 //!   `PYTORCH_CUDA_ALLOC_CONF`, still accepted as an alias); it is never recommended otherwise.
 //! * **Own tensors** otherwise: reduce the per-device batch first (when the batch is known, the
@@ -530,6 +531,12 @@ fn oom(d: &mut Diagnosis, f: &OomFacts, ctx: Option<&Context>) {
         u > 0
             && ((requested.is_some_and(|r| u >= r) && material(u))
                 || (u >= GIB && f.reserved.is_some_and(|r| u.saturating_mul(4) >= r)))
+            // A request larger than the cache and the free memory together would not have
+            // fit even in a perfectly compacted cache.
+            && match (requested, free) {
+                (Some(r), Some(fr)) => r <= fr.saturating_add(u),
+                _ => true,
+            }
     });
     // Old wording, no process list: what neither PyTorch nor the free pool holds was held by
     // the CUDA context, other processes or a display.

@@ -233,6 +233,7 @@ const PHRASES: &[&str] = &[
     "Backend, but got",
     "must be on the current device",
     "Duplicate GPU",
+    "Tried to allocate",
     "PTX was compiled",
     "NCCL operation",
     "DNN library initialization",
@@ -851,7 +852,7 @@ fn shape_mismatch(line: &str) -> Option<ShapeFacts> {
 static OOM_HEAD: LazyLock<Regex> = LazyLock::new(|| {
     re(concat!(
         r"(?P<torch>(?P<accel>CUDA|HIP|XPU) out of memory)|",
-        r"(?P<cudaerr>CUDA error: out of memory|HIP error: out of memory|cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY|hipErrorOutOfMemory|CUDA driver error: out of memory)|",
+        r"(?P<partial>Tried to allocate [\d.,]{1,20} ?[A-Za-z]{1,5}(?: \(GPU \d+;|\. GPU \d+ has a total capac))|(?P<cudaerr>CUDA error: out of memory|HIP error: out of memory|cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY|hipErrorOutOfMemory|CUDA driver error: out of memory)|",
         r"(?P<cublas>CUBLAS_STATUS_ALLOC_FAILED)|",
         r"(?P<cudnn>CUDNN_STATUS_NOT_ALLOCATED|CUDNN_STATUS_ALLOC_FAILED)|",
         r"(?P<tf>OOM when allocating)|",

@@ -1599,6 +1599,10 @@ fn real_world_variants_classify() {
             "RuntimeError: Expected tensor for 'out' to have the same device as tensor for argument #1 'self'; but device 0 does not equal 1 (while checking arguments for addmm_out)",
             Want::Dev,
         ),
+        (
+            "RuntimeError:  :expected tensor for argument #1 'input' to have the same device as tensor for argument #2 'weight",
+            Want::Dev,
+        ),
         ("RuntimeError: Tensors must be CUDA and dense", Want::Dev),
         (
             "RuntimeError: No backend type associated with device type cpu",

@@ -336,7 +336,7 @@ static DEV_ARG_ON: LazyLock<Regex> = LazyLock::new(|| {
 });
 static DEV_SAME_AS: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"Expected tensor for (?:argument #\d+ )?'(\w+)' to have the same device as tensor for (?:argument #\d+ )?'(\w+)'; but device (\d+) does not equal (\d+)(?: \(while checking arguments for (\w+)\))?",
+        r"[Ee]xpected tensor for (?:argument #\d+ )?'(\w+)' to have the same device as tensor for (?:argument #\d+ )?'(\w+)(?:'; but device (\d+) does not equal (\d+)(?: \(while checking arguments for (\w+)\))?)?",
     )
 });
 static DEV_RNN: LazyLock<Regex> = LazyLock::new(|| {
@@ -398,7 +398,9 @@ fn device_mismatch(line: &str) -> Option<(Failure, u8)> {
         let (arg, op) = check_arg().unwrap_or((None, None));
         return facts(vec![clean_device(&c[1]), clean_device(&c[2])], arg, op);
     }
-    if line.contains("Expected all tensors to be on the same device") {
+    if line.contains("Expected all tensors to be on the same device")
+        || line.contains("expected all tensors to be on the same device")
+    {
         let (arg, op) = check_arg().unwrap_or((None, None));
         return facts(Vec::new(), arg, op);
     }
@@ -459,8 +461,15 @@ fn device_mismatch(line: &str) -> Option<(Failure, u8)> {
         );
     }
     if let Some(c) = DEV_SAME_AS.captures(line) {
+        let devices = match (c.get(3), c.get(4)) {
+            (Some(a), Some(b)) => vec![
+                format!("cuda:{}", a.as_str()),
+                format!("cuda:{}", b.as_str()),
+            ],
+            _ => Vec::new(),
+        };
         return facts(
-            vec![format!("cuda:{}", &c[3]), format!("cuda:{}", &c[4])],
+            devices,
             Some(c[1].to_string()),
             c.get(5).map(|m| m.as_str().to_string()),
         );

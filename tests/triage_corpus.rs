@@ -1605,6 +1605,26 @@ fn real_world_variants_classify() {
         ),
         ("RuntimeError: Tensors must be CUDA and dense", Want::Dev),
         (
+            "RuntimeError: shape mismatch: value tensor of shape [52, 256, 16, 64] cannot be broadcast to indexing result of shape [52, 256, 16, 16]",
+            Want::Shape(ShapeKind::Broadcast),
+        ),
+        (
+            "RuntimeError: output with shape [1, 28, 28] doesn't match the broadcast shape [3, 28, 28]",
+            Want::Shape(ShapeKind::Broadcast),
+        ),
+        (
+            "RuntimeError: Given groups=2 and weights of shape: [4, 2, 3, 3, 3] , so expected input ([1, 2, 5, 5, 5])  to have 4 channels, but got 2 channels instead",
+            Want::Shape(ShapeKind::ConvChannels),
+        ),
+        (
+            "RuntimeError: 1D target tensor expects 2D input tensors, but found inputs with sizes [46, 16, 50] and [46, 16, 50].",
+            Want::Shape(ShapeKind::Other),
+        ),
+        (
+            "RuntimeError: Expected target size [32, 10], got [32]",
+            Want::Shape(ShapeKind::Other),
+        ),
+        (
             "RuntimeError: No backend type associated with device type cpu",
             Want::Dev,
         ),

@@ -228,6 +228,13 @@ const PHRASES: &[&str] = &[
     "target tensor expected",
     "multi-target",
     "Output size is too small",
+    "shape mismatch:",
+    "weights of shape",
+    "target tensor expects",
+    "Expected target size",
+    "doesn't match the broadcast shape",
+    "does not match the shape of the indexed tensor",
+    "size mismatch (got input",
     "MPS device",
     "to numpy",
     "Backend, but got",
@@ -588,6 +595,24 @@ static SH_EXPAND: LazyLock<Regex> = LazyLock::new(|| {
         r"The expanded size of the tensor \((\d+)\) must match the existing size \((\d+)\) at non-singleton dimension (-?\d+)\.\s*Target sizes: (\[[-\d, ]{0,80}\])\.\s*Tensor sizes: (\[[\d, ]{0,80}\])",
     )
 });
+static SH_INDEX_BROADCAST: LazyLock<Regex> = LazyLock::new(|| {
+    re(
+        r"shape mismatch: value tensor of shape (\[[\d, ]{0,80}\]) cannot be broadcast to indexing result of shape (\[[\d, ]{0,80}\])",
+    )
+});
+static SH_OUT_BROADCAST: LazyLock<Regex> = LazyLock::new(|| {
+    re(r"output with shape (\[[\d, ]{0,80}\]) doesn't match the broadcast shape (\[[\d, ]{0,80}\])")
+});
+static SH_CONV_OLD: LazyLock<Regex> = LazyLock::new(|| {
+    re(
+        r"Given groups=\d+ and weights of shape: ?(\[[\d, ]{0,80}\]) ?, so expected input ?\((\[[\d, ]{0,80}\])\) +to have (\d+) channels, but got (\d+) channels instead",
+    )
+});
+static SH_TARGET_PAIR: LazyLock<Regex> = LazyLock::new(|| {
+    re(
+        r"target tensor expects \d+D input tensors, but found inputs with sizes (\[[\d, ]{0,80}\]) and (\[[\d, ]{0,80}\])|Expected target size (\[[\d, ]{0,80}\]), got (\[[\d, ]{0,80}\])|size mismatch \(got input: (\[[\d, ]{0,80}\]), target: (\[[\d, ]{0,80}\])\)|The shape of the mask (\[[\d, ]{0,80}\]) at index \d+ does not match the shape of the indexed tensor (\[[\d, ]{0,80}\])",
+    )
+});
 static SH_POOL: LazyLock<Regex> = LazyLock::new(|| {
     re(
         r"Given input size: (\([\dx]{1,60}\))\. Calculated output size: (\([\dx-]{1,60}\))\. Output size is too small",
@@ -740,6 +765,31 @@ fn shape_mismatch(line: &str) -> Option<ShapeFacts> {
             vec![num(&c[1]), num(&c[2])],
             c[3].parse().ok(),
         ));
+    }
+    if let Some(c) = SH_INDEX_BROADCAST
+        .captures(line)
+        .or_else(|| SH_OUT_BROADCAST.captures(line))
+    {
+        return Some(shape(
+            ShapeKind::Broadcast,
+            vec![c[1].to_string(), c[2].to_string()],
+            vec![],
+            None,
+        ));
+    }
+    if let Some(c) = SH_CONV_OLD.captures(line) {
+        return Some(shape(
+            ShapeKind::ConvChannels,
+            vec![c[1].to_string(), c[2].to_string()],
+            vec![num(&c[3]), num(&c[4])],
+            None,
+        ));
+    }
+    if let Some(c) = SH_TARGET_PAIR.captures(line) {
+        let shapes: Vec<String> = (1..=8)
+            .filter_map(|i| c.get(i).map(|m| m.as_str().to_string()))
+            .collect();
+        return Some(shape(ShapeKind::Other, shapes, vec![], None));
     }
     if let Some(c) = SH_POOL.captures(line) {
         return Some(shape(

@@ -813,6 +813,20 @@ fn pytest_failure_lines_are_exceptions() {
 }
 
 #[test]
+fn wrapped_jax_oom_reads_the_next_line() {
+    let a = analyze(
+        "[1] 2019-06-13 01:17:08.886805: E external/org_tensorflow/tensorflow/compiler/xla/python/\
+         local_client.cc:672] Execution of replica 0 failed: Resource exhausted: Out \nof memory \
+         while trying to allocate 5520758552 bytes.\n",
+    );
+    let Failure::OutOfMemory(f) = a.failure else {
+        panic!("{a:?}")
+    };
+    assert_eq!(f.requested, Some(5_520_758_552));
+    assert_eq!(f.framework, Framework::Jax);
+}
+
+#[test]
 fn every_fixture_is_asserted() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/triage");
     let this = include_str!("triage_corpus.rs");

@@ -113,6 +113,8 @@ pub(crate) fn looks_like_continuation(line: &str) -> bool {
         "expandable_segments",
         "PYTORCH_CUDA_ALLOC_CONF",
         "Memory Management",
+        "trying to allocate",
+        "allocating",
     ]
     .iter()
     .any(|p| line.contains(p))
@@ -915,7 +917,7 @@ static OOM_HEAD: LazyLock<Regex> = LazyLock::new(|| {
         r"(?P<cublas>CUBLAS_STATUS_ALLOC_FAILED)|",
         r"(?P<cudnn>CUDNN_STATUS_NOT_ALLOCATED|CUDNN_STATUS_ALLOC_FAILED)|",
         r"(?P<tf>OOM when allocating)|",
-        r"(?P<jax>RESOURCE_EXHAUSTED|Resource exhausted: Out of memory|XlaRuntimeError: .{0,40}[Oo]ut of memory)|",
+        r"(?P<jax>RESOURCE_EXHAUSTED|Resource exhausted:|XlaRuntimeError: .{0,40}[Oo]ut of memory)|",
         r"(?P<mps>MPS backend out of memory)|",
         r"(?P<bfc>ran out of memory trying to allocate)|",
         r"(?P<generic>OutOfMemoryError|Out of memory allocating|ResourceExhaustedError|cuda runtime error \(2\) : out of memory|error=2 : out of memory|Cuda failure 'out of memory'|cudaMalloc failed: out of memory|Dst tensor is not initialized|No available memory for the cache blocks|larger than the maximum number of tokens that can be stored in KV cache)"
@@ -994,6 +996,9 @@ fn out_of_memory(line: &str) -> Option<(Failure, u8)> {
         // The BFC allocator's warning; the real error (JAX or TensorFlow) follows.
         rank = RANK_OOM_WARNING;
         Framework::TensorFlow
+    } else if has("external/org_tensorflow") || has("external/xla") || has("jaxlib") {
+        // jaxlib vendors TensorFlow's XLA sources under external/.
+        Framework::Jax
     } else if has("OOM when allocating")
         || has("Dst tensor is not initialized")
         || has("tensorflow")

@@ -1619,6 +1619,10 @@ fn real_world_variants_classify() {
         ),
         ("RuntimeError: Tensors must be CUDA and dense", Want::Dev),
         (
+            "    PyTorch no longer supports this GPU because it is too old.",
+            Want::Known(K::NoKernelImage),
+        ),
+        (
             "RuntimeError: shape mismatch: value tensor of shape [52, 256, 16, 64] cannot be broadcast to indexing result of shape [52, 256, 16, 16]",
             Want::Shape(ShapeKind::Broadcast),
         ),

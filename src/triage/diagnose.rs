@@ -1379,6 +1379,13 @@ fn known(d: &mut Diagnosis, k: KnownFailure, line: &str, ctx: Option<&Context>) 
     };
     d.headline = headline.to_string();
     d.fixes = fixes;
+    if k == K::NoKernelImage
+        && let Some(cap) = line
+            .split_whitespace()
+            .find(|w| w.starts_with("sm_") && w.len() > 3)
+    {
+        d.facts.push(format!("the GPU's compute capability: {cap}"));
+    }
     if k == K::NcclError && line.contains("Duplicate GPU detected") {
         d.headline = "Two ranks use the same GPU (NCCL: duplicate GPU detected)".to_string();
         d.fixes.insert(

@@ -242,6 +242,7 @@ const PHRASES: &[&str] = &[
     "Backend, but got",
     "must be on the current device",
     "Duplicate GPU",
+    "no longer supports this GPU",
     "Tried to allocate",
     "PTX was compiled",
     "NCCL operation",
@@ -1131,7 +1132,7 @@ static KNOWN: LazyLock<Vec<(Regex, KnownFailure, u8)>> = LazyLock::new(|| {
     use KnownFailure as K;
     [
         (r"(?i)device-side assert(?:ion)? triggered|cudaErrorAssert|CUDA_ERROR_ASSERT", K::DeviceSideAssert, RANK_ROOT),
-        (r"(?i)no kernel image is available|cudaErrorNoKernelImageForDevice|invalid device function|CUDA_ERROR_NO_BINARY_FOR_GPU|hipErrorNoBinaryForGpu|is not compatible with the current PyTorch installation", K::NoKernelImage, RANK_ENV),
+        (r"(?i)no kernel image is available|cudaErrorNoKernelImageForDevice|invalid device function|CUDA_ERROR_NO_BINARY_FOR_GPU|hipErrorNoBinaryForGpu|no longer supports this GPU|is not compatible with the current PyTorch installation", K::NoKernelImage, RANK_ENV),
         (r"(?i)NVIDIA driver on your system is too old|driver version is insufficient for CUDA runtime|cudaErrorInsufficientDriver|CUDA_ERROR_SYSTEM_DRIVER_MISMATCH|forward compatibility was attempted on non supported HW|unsupported display driver / cuda driver combination|PTX was compiled with an unsupported toolchain", K::DriverTooOld, RANK_ENV),
         (r"(?i)uncorrectable ECC error|cudaErrorECCUncorrectable|CUDA_ERROR_ECC_UNCORRECTABLE", K::EccError, RANK_ENV),
         (r"Torch not compiled with CUDA enabled", K::NotCompiledWithCuda, RANK_ENV),

@@ -936,7 +936,17 @@ fn device(d: &mut Diagnosis, f: &super::DeviceFacts) {
     } else {
         "the model's device"
     };
+    let two_gpus = !cpu_side && f.devices.len() == 2 && f.devices[0] != f.devices[1];
     let (title, detail) = match f.argument.as_deref() {
+        _ if two_gpus => (
+            "Keep the tensors on one GPU".to_string(),
+            format!(
+                "Two GPUs meet ({devices}): a tensor created with a hard-coded device \
+                 (\"cuda:0\") or a model split across GPUs. Use the model's device:\n    \
+                 x = x.to(next(model.parameters()).device)\nUnder DataParallel/DDP do not \
+                 move tensors to a fixed GPU inside forward."
+            ),
+        ),
         Some("weight" | "bias") => (
             "Move the model to the GPU".to_string(),
             "The input is on the GPU but the layer's weights are not:\n    \

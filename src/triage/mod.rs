@@ -1,0 +1,521 @@
+//! Triage: read a training job's error output and say what killed it.
+//!
+//! This module is pure: text in, [`Analysis`] out ([`analyze`] for a whole text, [`Scanner`]
+//! for a stream, in bounded memory), then [`diagnose`] combines the analysis with what the
+//! monitor saw (a [`Context`], or `None` for `gpuwatch explain`) into a [`Diagnosis`] with the
+//! fixes in the order that works, and [`render_text`] prints it.
+//!
+//! # Classification
+//! Each line (ANSI colour codes and `\r` stripped, at most [`MAX_LINE`] bytes looked at) is
+//! matched following the usual flowchart: device words first (tensors on two devices), then
+//! size/shape words, then out-of-memory, then the other known GPU failures (device-side assert,
+//! illegal memory access, NCCL, no GPU, old driver, no kernel image, ECC, …). Anything else is
+//! [`Failure::Unknown`]: a logic bug to read in the traceback ([`Analysis::traceback_hint`]).
+//!
+//! When a text holds several errors (torchrun logs, chained tracebacks), the root cause wins
+//! over the symptoms: OOM, device/shape mismatch and device-side asserts rank above illegal
+//! memory accesses, which rank above NCCL errors, which rank above NCCL/watchdog timeouts; the
+//! elastic agent's `ChildFailedError` is never a cause. Between two errors of the same rank the
+//! first one printed wins (Python prints the original exception first), unless a later one of
+//! the same class carries more facts (a full PyTorch OOM message after a bare
+//! `CUDA error: out of memory`).
+//!
+//! Multi-line messages: after an OOM line, up to [`CONTINUATION_LINES`] following lines that
+//! do not start a new record are read as its continuation (wrapped messages), and allocator
+//! statistics printed by TensorFlow/XLA's BFC allocator (`Limit:`, `InUse:`, `rounded to`) fill
+//! facts the final message lacks.
+
+mod diagnose;
+mod parse;
+mod size;
+
+use serde::Serialize;
+
+pub use diagnose::{
+    Case, Context, Diagnosis, Fix, GpuView, ProcView, batch_size_from_args, diagnose, map_ordinal,
+    render_text,
+};
+pub use size::{fmt_size, parse_size};
+
+/// Bytes of one line that are looked at; the rest of a very long line is ignored.
+pub const MAX_LINE: usize = 64 * 1024;
+/// Lines after an OOM line read as its continuation.
+pub const CONTINUATION_LINES: usize = 4;
+/// Lines kept in [`Analysis::excerpt`] at most.
+pub const MAX_EXCERPT: usize = 20;
+/// Characters kept of one excerpt line.
+const MAX_EXCERPT_LINE: usize = 4096;
+
+/// What the text says happened.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Analysis {
+    pub failure: Failure,
+    /// The error line(s) it matched (ANSI-stripped, each capped), at most [`MAX_EXCERPT`].
+    pub excerpt: Vec<String>,
+    /// The last frame of user code before the error, e.g.
+    /// `File "train.py", line 42, in forward` (frames under `site-packages`, `dist-packages`
+    /// and the standard library are skipped).
+    pub traceback_hint: Option<String>,
+    /// The first CUDA kernel assertion printed (``Assertion `t >= 0 && t < n_classes` failed.``),
+    /// which says what a device-side assert was about.
+    pub assertion: Option<String>,
+}
+
+/// The class of failure, with its facts.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub enum Failure {
+    OutOfMemory(OomFacts),
+    DeviceMismatch(DeviceFacts),
+    ShapeMismatch(ShapeFacts),
+    /// A known failure and the line that says it.
+    Known(KnownFailure, String),
+    Unknown,
+}
+
+impl Failure {
+    /// A stable short name for logs, metrics and JSON consumers: `out_of_memory`,
+    /// `device_mismatch`, `shape_mismatch`, `known`, `unknown`.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Failure::OutOfMemory(_) => "out_of_memory",
+            Failure::DeviceMismatch(_) => "device_mismatch",
+            Failure::ShapeMismatch(_) => "shape_mismatch",
+            Failure::Known(..) => "known",
+            Failure::Unknown => "unknown",
+        }
+    }
+}
+
+/// Known GPU (and neighbouring) failures that need no facts beyond the line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum KnownFailure {
+    DeviceSideAssert,
+    IllegalMemoryAccess,
+    /// `unspecified launch failure`, `misaligned address`, `an illegal instruction`.
+    LaunchFailure,
+    NcclError,
+    NcclTimeout,
+    NoGpu,
+    /// PyTorch built without CUDA (`Torch not compiled with CUDA enabled`).
+    NotCompiledWithCuda,
+    /// `torch.load` of a CUDA checkpoint on a machine without CUDA (use `map_location`).
+    CudaDeserialize,
+    DriverTooOld,
+    NoKernelImage,
+    EccError,
+    /// `invalid device ordinal`: the job asked for a GPU that `CUDA_VISIBLE_DEVICES` hides.
+    InvalidDeviceOrdinal,
+    /// `CUDA-capable device(s) is/are busy or unavailable` (exclusive-process mode, or taken).
+    DeviceBusy,
+    /// `CUDA unknown error`, `initialization error`: the driver could not start.
+    CudaInit,
+    /// `CUDNN_STATUS_INTERNAL_ERROR` / `EXECUTION_FAILED`: often an OOM in disguise.
+    CudnnError,
+    /// `CUBLAS_STATUS_NOT_INITIALIZED` / `EXECUTION_FAILED`: often an OOM or a bad index.
+    CublasError,
+    /// Two dtypes meet (`expected scalar type Float but found Double`, `Input type (…Half…) and
+    /// weight type (…Float…)`).
+    DtypeMismatch,
+    /// `index out of range in self` (an embedding index ≥ `num_embeddings`, on the CPU).
+    IndexOutOfRange,
+    /// Host (CPU) memory, not GPU memory: `DefaultCPUAllocator: can't allocate memory`,
+    /// a `DataLoader` worker killed.
+    HostOutOfMemory,
+    /// Shared memory for `DataLoader` workers exhausted (`/dev/shm`, `bus error`).
+    SharedMemory,
+    /// `Missing key(s)` / `Unexpected key(s) in state_dict`.
+    StateDictKeys,
+}
+
+/// Which library reported the out-of-memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Framework {
+    PyTorch,
+    Cublas,
+    Cudnn,
+    Jax,
+    TensorFlow,
+    Rocm,
+    /// PyTorch's Apple MPS backend.
+    Mps,
+    /// Anything else that says CUDA ran out of memory (`CuPy`, numba, a bare CUDA error).
+    Other,
+}
+
+/// Facts of an out-of-memory message; every size in exact bytes as printed.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct OomFacts {
+    pub framework: Framework,
+    /// The CUDA ordinal as printed (`GPU 0`, `device:GPU:1`, `on device 0`, `GPU_0_bfc`).
+    pub gpu: Option<u32>,
+    /// The allocation that failed.
+    pub requested: Option<u64>,
+    /// The GPU's total capacity (or the allocator's limit).
+    pub total: Option<u64>,
+    /// Free on the GPU when it failed.
+    pub free: Option<u64>,
+    /// Allocated by PyTorch (live tensors).
+    pub allocated: Option<u64>,
+    /// Reserved by PyTorch's caching allocator in total (new wording: allocated + reserved but
+    /// unallocated, derived).
+    pub reserved: Option<u64>,
+    /// Reserved by PyTorch but unallocated: the cache; large against the request means
+    /// fragmentation (old wording: reserved − allocated, derived).
+    pub reserved_unallocated: Option<u64>,
+    /// `Including non-PyTorch memory, this process has … memory in use`.
+    pub process_total: Option<u64>,
+    /// `Process N has … memory in use`: the other processes PyTorch saw (pid as PyTorch saw it).
+    pub processes: Vec<(u32, u64)>,
+    /// `set_per_process_memory_fraction` limit (`… allowed;`, old wording).
+    pub allowed: Option<u64>,
+}
+
+impl OomFacts {
+    pub(crate) fn empty(framework: Framework) -> Self {
+        Self {
+            framework,
+            gpu: None,
+            requested: None,
+            total: None,
+            free: None,
+            allocated: None,
+            reserved: None,
+            reserved_unallocated: None,
+            process_total: None,
+            processes: Vec::new(),
+            allowed: None,
+        }
+    }
+
+    /// How many facts are known (used to prefer the fuller of two messages).
+    pub(crate) fn richness(&self) -> usize {
+        [
+            self.gpu.is_some(),
+            self.requested.is_some(),
+            self.total.is_some(),
+            self.free.is_some(),
+            self.allocated.is_some(),
+            self.reserved.is_some(),
+            self.process_total.is_some(),
+        ]
+        .iter()
+        .filter(|b| **b)
+        .count()
+            + self.processes.len()
+    }
+
+    /// Fills the facts this one lacks from `other`.
+    pub(crate) fn fill_from(&mut self, other: &OomFacts) {
+        fn fill<T: Copy>(a: &mut Option<T>, b: Option<T>) {
+            if a.is_none() {
+                *a = b;
+            }
+        }
+        fill(&mut self.gpu, other.gpu);
+        fill(&mut self.requested, other.requested);
+        fill(&mut self.total, other.total);
+        fill(&mut self.free, other.free);
+        fill(&mut self.allocated, other.allocated);
+        fill(&mut self.reserved, other.reserved);
+        fill(&mut self.reserved_unallocated, other.reserved_unallocated);
+        fill(&mut self.process_total, other.process_total);
+        fill(&mut self.allowed, other.allowed);
+        if self.processes.is_empty() {
+            self.processes.clone_from(&other.processes);
+        }
+    }
+}
+
+/// Facts of a device mismatch.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DeviceFacts {
+    /// The devices as printed (`cuda:0`, `cpu`); `cuda` when the message names a tensor type
+    /// (`torch.cuda.FloatTensor`) rather than a device.
+    pub devices: Vec<String>,
+    /// The argument named: `mat1`, `index`, `target`, `weight`, `input`, `hidden`.
+    pub argument: Option<String>,
+    /// The operator: `wrapper_CUDA__index_select`, `addmm`, `_th_addmm`.
+    pub operator: Option<String>,
+}
+
+/// Kinds of shape mismatch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum ShapeKind {
+    Matmul,
+    BatchSize,
+    Cat,
+    Broadcast,
+    View,
+    ConvChannels,
+    /// A convolution got an input with the wrong number of dimensions (missing batch dim).
+    ConvRank,
+    StateDict,
+    Other,
+}
+
+/// Facts of a shape mismatch.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ShapeFacts {
+    pub kind: ShapeKind,
+    /// The shapes as printed (`64x9216`, `[10, 512]`), in the message's order.
+    pub shapes: Vec<String>,
+    /// The state-dict key (`fc.weight`).
+    pub parameter: Option<String>,
+    /// The mismatching numbers where the message gives them, in its order: matmul
+    /// `[inner of mat1, inner of mat2]`, batch `[input, target]`, cat/conv `[expected, got]`,
+    /// broadcast `[a, b]`, view `[input size]`.
+    pub dims: Vec<u64>,
+    /// The dimension index the message names (`at non-singleton dimension 1`).
+    pub dim: Option<i64>,
+}
+
+/// Classifies a whole text.
+pub fn analyze(text: &str) -> Analysis {
+    let mut scanner = Scanner::new();
+    for line in text.split('\n') {
+        scanner.push_line(line);
+    }
+    scanner.finish()
+}
+
+#[derive(Debug, Clone)]
+struct Candidate {
+    rank: u8,
+    richness: usize,
+    failure: Failure,
+    excerpt: Vec<String>,
+    hint: Option<String>,
+}
+
+/// Streaming classifier: push lines as they come; memory stays bounded
+/// ([`Scanner::retained_bytes`]) whatever the length of the stream.
+#[derive(Debug, Clone, Default)]
+pub struct Scanner {
+    best: Option<Candidate>,
+    /// Joined text of the current OOM candidate and its continuation lines.
+    pending: Option<(String, usize)>,
+    /// Last user frame of the current traceback.
+    frame: Option<String>,
+    /// Lines the frame stays valid after its traceback's exception line (multi-line messages
+    /// such as `Error(s) in loading state_dict` follow it); `None` inside a traceback.
+    frame_ttl: Option<u8>,
+    /// A "During handling of the above exception" / "direct cause" line was seen: the next
+    /// exception is a consequence, the one before is the root cause.
+    chained: bool,
+    /// Last exception-looking line and its frame, for [`Failure::Unknown`].
+    last_exception: Option<(String, Option<String>)>,
+    assertion: Option<String>,
+    /// Facts from allocator statistics lines (TF/XLA BFC).
+    aux: Option<OomFacts>,
+}
+
+fn cap(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+impl Scanner {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Feeds one line (with or without its `\n`/`\r\n`). `\r`-separated segments (progress
+    /// bars) are read as separate lines.
+    pub fn push_line(&mut self, line: &str) {
+        let line = cap(line, MAX_LINE);
+        let line = line.strip_suffix('\n').unwrap_or(line);
+        for segment in line.split('\r') {
+            if segment.is_empty() {
+                continue;
+            }
+            let clean = parse::strip_ansi(segment);
+            self.push_clean(&clean);
+        }
+    }
+
+    fn push_clean(&mut self, line: &str) {
+        let trimmed = parse::strip_rank_prefix(line.trim());
+        if trimmed.is_empty() {
+            self.pending = None;
+            return;
+        }
+        if trimmed.starts_with("Traceback (most recent call last)") {
+            self.pending = None;
+            self.frame = None;
+            self.frame_ttl = None;
+            return;
+        }
+        if let Some(frame) = parse::user_frame(trimmed) {
+            self.pending = None;
+            self.frame = Some(cap(&frame, 1024).to_string());
+            self.frame_ttl = None;
+            return;
+        }
+        if let Some(ttl) = self.frame_ttl.as_mut() {
+            if *ttl == 0 {
+                self.frame = None;
+                self.frame_ttl = None;
+            } else {
+                *ttl -= 1;
+            }
+        }
+        if trimmed.starts_with("During handling of the above exception")
+            || trimmed.starts_with("The above exception was the direct cause")
+        {
+            self.chained = true;
+        }
+        if self.assertion.is_none() && parse::is_assertion(trimmed) {
+            self.assertion = Some(cap(trimmed, 1024).to_string());
+        }
+        if let Some(facts) = parse::allocator_stats(trimmed) {
+            let aux = self
+                .aux
+                .get_or_insert_with(|| OomFacts::empty(Framework::TensorFlow));
+            aux.fill_from(&facts);
+        }
+        let is_exception = parse::is_exception_line(trimmed);
+        if let Some((failure, rank)) = parse::classify(trimmed) {
+            self.pending = None;
+            self.offer(failure, rank, trimmed);
+        } else if is_exception {
+            let root_kept = self.chained && self.last_exception.is_some();
+            if !root_kept && !parse::is_agent_error(trimmed) {
+                self.last_exception = Some((cap(trimmed, 1024).to_string(), self.frame.clone()));
+            }
+            self.chained = false;
+        } else {
+            self.continue_pending(trimmed);
+        }
+        if is_exception && self.frame_ttl.is_none() {
+            self.frame_ttl = Some(8);
+        }
+    }
+
+    /// A continuation line of a wrapped OOM message: re-read the joined text.
+    fn continue_pending(&mut self, line: &str) {
+        let Some((text, left)) = self.pending.as_mut() else {
+            return;
+        };
+        if *left == 0 || !parse::looks_like_continuation(line) {
+            self.pending = None;
+            return;
+        }
+        *left -= 1;
+        if text.len() < 16 * 1024 {
+            text.push(' ');
+            text.push_str(cap(line, 4096));
+        }
+        let joined = text.clone();
+        if let Some(best) = self.best.as_mut()
+            && let Failure::OutOfMemory(facts) = &mut best.failure
+        {
+            let more = parse::oom_facts(&joined, facts.framework);
+            facts.fill_from(&more);
+            best.richness = facts.richness();
+            if best.excerpt.len() < MAX_EXCERPT {
+                best.excerpt.push(cap(line, MAX_EXCERPT_LINE).to_string());
+            }
+        }
+    }
+
+    fn offer(&mut self, failure: Failure, rank: u8, line: &str) {
+        let richness = match &failure {
+            Failure::OutOfMemory(f) => f.richness(),
+            _ => 0,
+        };
+        let better = match &self.best {
+            None => true,
+            Some(best) => {
+                rank > best.rank
+                    || (rank == best.rank
+                        && richness > best.richness
+                        && std::mem::discriminant(&failure)
+                            == std::mem::discriminant(&best.failure))
+            }
+        };
+        if !better {
+            return;
+        }
+        let is_oom = matches!(failure, Failure::OutOfMemory(_));
+        self.best = Some(Candidate {
+            rank,
+            richness,
+            failure,
+            excerpt: vec![cap(line, MAX_EXCERPT_LINE).to_string()],
+            hint: self.frame.clone(),
+        });
+        if is_oom {
+            self.pending = Some((cap(line, 16 * 1024).to_string(), CONTINUATION_LINES));
+        }
+    }
+
+    /// Bytes this scanner holds now (strings it retains); bounded by a constant whatever was
+    /// pushed: [`MAX_EXCERPT`] excerpt lines of at most 4 KiB, a 16 KiB pending message, and
+    /// a few 1 KiB lines.
+    pub fn retained_bytes(&self) -> usize {
+        let mut n = std::mem::size_of::<Self>();
+        if let Some(best) = &self.best {
+            n += best.excerpt.iter().map(String::len).sum::<usize>();
+            n += best.hint.as_ref().map_or(0, String::len);
+            n += match &best.failure {
+                Failure::Known(_, s) => s.len(),
+                Failure::OutOfMemory(f) => f.processes.len() * 16,
+                Failure::DeviceMismatch(f) => {
+                    f.devices.iter().map(String::len).sum::<usize>()
+                        + f.argument.as_ref().map_or(0, String::len)
+                        + f.operator.as_ref().map_or(0, String::len)
+                }
+                Failure::ShapeMismatch(f) => {
+                    f.shapes.iter().map(String::len).sum::<usize>()
+                        + f.parameter.as_ref().map_or(0, String::len)
+                        + f.dims.len() * 8
+                }
+                Failure::Unknown => 0,
+            };
+        }
+        n += self.pending.as_ref().map_or(0, |(s, _)| s.len());
+        n += self.frame.as_ref().map_or(0, String::len);
+        n += self
+            .last_exception
+            .as_ref()
+            .map_or(0, |(a, b)| a.len() + b.as_ref().map_or(0, String::len));
+        n += self.assertion.as_ref().map_or(0, String::len);
+        n += self.aux.as_ref().map_or(0, |a| a.processes.len() * 16);
+        n
+    }
+
+    /// The analysis of everything pushed.
+    pub fn finish(self) -> Analysis {
+        let assertion = self.assertion;
+        if let Some(mut best) = self.best {
+            if let (Failure::OutOfMemory(facts), Some(aux)) = (&mut best.failure, &self.aux) {
+                facts.fill_from(aux);
+            }
+            return Analysis {
+                failure: best.failure,
+                excerpt: best.excerpt,
+                traceback_hint: best.hint,
+                assertion,
+            };
+        }
+        let (excerpt, hint) = match self.last_exception {
+            Some((line, hint)) => (vec![line], hint),
+            None => (Vec::new(), self.frame),
+        };
+        Analysis {
+            failure: Failure::Unknown,
+            excerpt,
+            traceback_hint: hint,
+            assertion,
+        }
+    }
+}
+
+/// Retained state of a scanner after `lines` lines can't exceed this many bytes.
+pub const SCANNER_BOUND: usize = 64 * 1024 + MAX_EXCERPT * MAX_EXCERPT_LINE;

@@ -9,7 +9,9 @@ use std::time::{Duration, SystemTime};
 
 use clap::CommandFactory;
 
-use crate::cli::{Cli, Command, GlobalArgs, PickArgs, RecordArgs, RunArgs, SnapshotArgs};
+use crate::cli::{
+    Cli, Command, ExplainArgs, GlobalArgs, PickArgs, RecordArgs, RunArgs, SnapshotArgs,
+};
 use crate::config::{ColorChoice, Config, Overrides};
 use crate::model::{Frame, ProcSample};
 use crate::output::{json, table};
@@ -81,6 +83,7 @@ pub fn run(cli: Cli) -> Result<u8> {
         Some(Command::Pick(args)) => pick(&cli.global, &config, &args),
         Some(Command::Record(args)) => record(&cli.global, &config, &args),
         Some(Command::Run(args)) => run_job(&cli.global, &config, &args),
+        Some(Command::Explain(args)) => explain(&args),
         Some(Command::Daemon(args)) => {
             let server =
                 crate::serve::Options::from_args(&args, &config.daemon).map_err(Failure::setup)?;
@@ -897,6 +900,71 @@ fn run_job(g: &GlobalArgs, config: &Config, args: &RunArgs) -> Result<u8> {
         }
     }
     Ok(outcome.exit_code())
+}
+
+/// `gpuwatch explain [FILE|-]`: the diagnosis of a saved log, from the text alone.
+fn explain(args: &ExplainArgs) -> Result<u8> {
+    let (name, reader): (String, Box<dyn std::io::Read>) = match &args.file {
+        None => ("standard input".into(), Box::new(std::io::stdin())),
+        Some(p) if p.as_os_str() == "-" => ("standard input".into(), Box::new(std::io::stdin())),
+        Some(p) => {
+            let f = std::fs::File::open(p).map_err(|e| {
+                Failure::setup(format!("cannot read the log '{}': {e}", p.display()))
+            })?;
+            if f.metadata().is_ok_and(|m| m.is_dir()) {
+                return Err(Failure::setup(format!(
+                    "'{}' is a directory (expected a log file, or - for standard input)",
+                    p.display()
+                )));
+            }
+            (format!("'{}'", p.display()), Box::new(f))
+        }
+    };
+    let analysis = scan_log(reader).map_err(|e| Failure::runtime(format!("cannot read {name}: {e}")))?;
+    let diagnosis = crate::triage::diagnose(&analysis, None);
+    if args.json {
+        let text = serde_json::to_string_pretty(&diagnosis)
+            .map_err(|e| Failure::runtime(format!("cannot write JSON: {e}")))?;
+        write_stdout(&format!("{text}\n"))?;
+    } else {
+        write_stdout(&crate::triage::render_text(&diagnosis))?;
+    }
+    Ok(0)
+}
+
+/// Feeds a log to the triage scanner a line at a time, in bounded memory whatever the size
+/// or the line lengths (a line is cut at [`crate::triage::MAX_LINE`] bytes; invalid UTF-8 is
+/// replaced).
+fn scan_log(reader: impl std::io::Read) -> std::io::Result<crate::triage::Analysis> {
+    use std::io::BufRead as _;
+    let mut reader = std::io::BufReader::with_capacity(1 << 16, reader);
+    let mut scanner = crate::triage::Scanner::new();
+    let mut line = Vec::with_capacity(1024);
+    loop {
+        line.clear();
+        // Up to the cap; the rest of an over-long line is skipped.
+        let n = std::io::Read::take(&mut reader, crate::triage::MAX_LINE as u64)
+            .read_until(b'\n', &mut line)?;
+        if n == 0 {
+            break;
+        }
+        if line.last() != Some(&b'\n') && n == crate::triage::MAX_LINE {
+            loop {
+                let buf = reader.fill_buf()?;
+                if buf.is_empty() {
+                    break;
+                }
+                if let Some(i) = buf.iter().position(|&b| b == b'\n') {
+                    reader.consume(i + 1);
+                    break;
+                }
+                let len = buf.len();
+                reader.consume(len);
+            }
+        }
+        scanner.push_line(&String::from_utf8_lossy(&line));
+    }
+    Ok(scanner.finish())
 }
 
 /// Sampling interval while a job runs (faster than the dashboard's: a job can fill a GPU in

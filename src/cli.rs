@@ -80,6 +80,8 @@ pub enum Command {
     Record(RecordArgs),
     /// Run a training job, watch its GPUs, and explain why it failed.
     Run(RunArgs),
+    /// Explain why a training job failed, from its saved log (the diagnosis `run` prints).
+    Explain(ExplainArgs),
     /// Query the local history store that the daemon writes.
     #[command(subcommand)]
     History(HistoryCommand),
@@ -224,6 +226,16 @@ pub struct RecordArgs {
 
 /// `gpuwatch run [OPTIONS] [--] CMD ARGS…`. The sampling interval is the global `--interval`
 /// (default 250ms while a job runs).
+#[derive(Debug, Args)]
+pub struct ExplainArgs {
+    /// The log to read (`-` or nothing: standard input). Read as a stream: any size.
+    #[arg(value_name = "FILE|-")]
+    pub file: Option<PathBuf>,
+    /// Print the diagnosis as JSON (for scripts).
+    #[arg(long)]
+    pub json: bool,
+}
+
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// GPU for the job: auto (the one `pick` chooses), an NVML index, or a UUID; sets

@@ -93,7 +93,7 @@ fn fragmentation_gets_the_allocator_setting_first() {
     let diagnosis = err.split_once("\n\n").map_or("", |(_, d)| d);
     assert!(diagnosis.to_lowercase().contains("fragment"), "{diagnosis}");
     let first_fix = diagnosis
-        .find("1.")
+        .find("  1. ")
         .map(|i| &diagnosis[i..])
         .unwrap_or(diagnosis);
     assert!(

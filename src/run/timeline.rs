@@ -10,7 +10,9 @@ const WIDTH: f64 = 960.0;
 const PANEL: f64 = 230.0;
 const LEFT: f64 = 78.0;
 const RIGHT: f64 = 24.0;
-const TOP: f64 = 64.0;
+const TOP: f64 = 82.0;
+/// Characters of the verdict per line (two lines at most).
+const VERDICT_LINE: usize = 120;
 const PLOT_H: f64 = 160.0;
 const JOB: &str = "#2f6fdf";
 const EXTERNAL: &str = "#f28e2b";
@@ -45,6 +47,9 @@ fn gib(b: f64) -> String {
 }
 
 fn clock(secs: f64) -> String {
+    if secs < 10.0 {
+        return format!("{:.1}s", secs.max(0.0));
+    }
     let s = secs.max(0.0).round() as u64;
     if s >= 3600 {
         format!("{}h{:02}m", s / 3600, (s % 3600) / 60)
@@ -53,6 +58,28 @@ fn clock(secs: f64) -> String {
     } else {
         format!("{s}s")
     }
+}
+
+/// Words of `text` in lines of at most `width` characters (a longer word is cut); the second
+/// line ends in `…` when text is left over.
+fn wrap(text: &str, width: usize) -> Vec<String> {
+    let mut lines: Vec<String> = vec![String::new()];
+    for word in text.split_whitespace() {
+        let last = lines.last_mut().expect("one line");
+        if !last.is_empty() && last.chars().count() + 1 + word.chars().count() > width {
+            lines.push(String::new());
+        }
+        let last = lines.last_mut().expect("one line");
+        if !last.is_empty() {
+            last.push(' ');
+        }
+        last.extend(word.chars().take(width));
+    }
+    if lines.len() > 2 {
+        lines.truncate(2);
+        lines[1].push('…');
+    }
+    lines
 }
 
 /// The picture: one panel per GPU in `gpus` (in order), time from `started` to the ending.
@@ -84,12 +111,15 @@ pub fn svg(command: &str, started: f64, gpus: &[&GpuRun], ending: &Ending) -> St
         Some(c) => format!("{} after {} — {c}", ending.status, clock(span)),
         None => format!("{} after {}", ending.status, clock(span)),
     };
-    let _ = write!(
-        out,
-        r#"<text x="{LEFT}" y="40" fill="{}">{}</text>"#,
-        if ending.failed { CAPACITY } else { "#333333" },
-        esc(&verdict)
-    );
+    for (i, line) in wrap(&verdict, VERDICT_LINE).iter().take(2).enumerate() {
+        let _ = write!(
+            out,
+            r#"<text x="{LEFT}" y="{}" fill="{}">{}</text>"#,
+            40.0 + 16.0 * i as f64,
+            if ending.failed { CAPACITY } else { "#333333" },
+            esc(line)
+        );
+    }
     // Legend.
     let lx = WIDTH - RIGHT - 330.0;
     for (i, (color, label)) in [(JOB, "the job"), (EXTERNAL, "everyone else"), (CAPACITY, "capacity")]
@@ -99,7 +129,7 @@ pub fn svg(command: &str, started: f64, gpus: &[&GpuRun], ending: &Ending) -> St
         let x0 = lx + i as f64 * 110.0;
         let _ = write!(
             out,
-            r#"<rect x="{x0}" y="48" width="12" height="10" fill="{color}"/><text x="{}" y="57">{label}</text>"#,
+            r#"<rect x="{x0}" y="66" width="12" height="10" fill="{color}"/><text x="{}" y="75">{label}</text>"#,
             x0 + 16.0
         );
     }

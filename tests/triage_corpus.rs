@@ -827,6 +827,14 @@ fn wrapped_jax_oom_reads_the_next_line() {
 }
 
 #[test]
+fn scanner_accepts_several_lines_per_push() {
+    let text = text("oom-torch-2.11-leak-real.txt");
+    let mut scanner = Scanner::new();
+    scanner.push_line(&text);
+    assert_eq!(scanner.finish(), analyze(&text));
+}
+
+#[test]
 fn every_fixture_is_asserted() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/triage");
     let this = include_str!("triage_corpus.rs");

@@ -326,16 +326,22 @@ impl Scanner {
     }
 
     /// Feeds one line (with or without its `\n`/`\r\n`). `\r`-separated segments (progress
-    /// bars) are read as separate lines.
+    /// bars) are read as separate lines, and so are `\n`-separated ones if a caller pushes
+    /// several lines at once; each is capped at [`MAX_LINE`] bytes. Push whole lines: a line
+    /// split across two calls is read as two lines.
     pub fn push_line(&mut self, line: &str) {
-        let line = cap(line, MAX_LINE);
         let line = line.strip_suffix('\n').unwrap_or(line);
-        for segment in line.split('\r') {
-            if segment.is_empty() {
-                continue;
+        for physical in line.split('\n') {
+            let physical = cap(physical, MAX_LINE);
+            let mut any = false;
+            for segment in physical.split('\r').filter(|s| !s.is_empty()) {
+                any = true;
+                let clean = parse::strip_ansi(segment);
+                self.push_clean(&clean);
             }
-            let clean = parse::strip_ansi(segment);
-            self.push_clean(&clean);
+            if !any {
+                self.push_clean(""); // a blank line ends a wrapped message
+            }
         }
     }
 

@@ -751,62 +751,12 @@ fn run_job(g: &GlobalArgs, config: &Config, args: &RunArgs) -> Result<u8> {
         .map(|a| a.to_string_lossy().into_owned())
         .collect::<Vec<_>>()
         .join(" ");
-    let interval = g.interval.unwrap_or(RUN_INTERVAL);
-    let rt = runtime()?;
-    // The monitor: a source that cannot be opened is a note in the report, not a failure.
-    let mut note = None;
-    let sampler = match open_source(g, config, None).and_then(|source| {
-        Sampler::spawn(
-            source,
-            SamplerOptions {
-                interval,
-                slow_interval: config.sampling.slow_interval.max(interval),
-                host_interval: interval,
-            },
-        )
-        .map_err(|e| Failure::runtime(format!("cannot start the sampler thread: {e}")))
-    }) {
-        Ok(s) => Some(s),
-        Err(e) => {
-            note = Some(e.message);
-            None
-        }
-    };
-    // The GPU for the job; only then does the job wait for the first sample.
-    let mut env = Vec::new();
-    let wants_gpu = args.gpu.is_some() || args.min_free.is_some();
-    let first = if wants_gpu {
-        sampler
-            .as_ref()
-            .and_then(|s| match first_frame(&rt, s, config) {
-                Ok(f) => Some(f),
-                Err(e) => {
-                    note = Some(e.message);
-                    None
-                }
-            })
+    let (sampler, mut note) = run_sampler(g, config);
+    let env = if args.gpu.is_some() || args.min_free.is_some() {
+        gpu_env(config, sampler.as_ref(), args, &mut note)?
     } else {
-        None
+        Vec::new()
     };
-    if wants_gpu {
-        let Some(frame) = &first else {
-            return Err(Failure::setup(format!(
-                "run: --gpu/--min-free need to see the GPUs: {}",
-                note.as_deref().unwrap_or("no sample")
-            )));
-        };
-        let gpu = choose_gpu(&frame.sample, args.gpu.as_deref(), args.min_free)?;
-        eprintln!(
-            "gpuwatch: running on GPU {} ({}{})",
-            gpu.index,
-            gpu.uuid,
-            gpu.memory
-                .map(|m| format!(", {} free", crate::output::fmt_bytes(m.free)))
-                .unwrap_or_default()
-        );
-        env.push(("CUDA_VISIBLE_DEVICES".into(), gpu.uuid.clone().into()));
-        env.push(("CUDA_DEVICE_ORDER".into(), "PCI_BUS_ID".into()));
-    }
     let env_value = |name: &str| -> Option<String> {
         env.iter()
             .find(|(k, _): &&(std::ffi::OsString, std::ffi::OsString)| k == name)
@@ -840,21 +790,26 @@ fn run_job(g: &GlobalArgs, config: &Config, args: &RunArgs) -> Result<u8> {
     drop(sampler);
     let failed = outcome.exit_code() != 0;
     let diagnosis = failed.then(|| {
-        let mut scanner = crate::triage::Scanner::new();
-        for line in &outcome.tail {
-            scanner.push_line(line);
-        }
-        let analysis = scanner.finish();
-        let argv: Vec<String> = args
+        let words: Vec<String> = args
             .command
             .iter()
             .map(|a| a.to_string_lossy().into_owned())
             .collect();
-        let batch = crate::triage::batch_size_from_args(&argv).map(|(b, _)| b);
         let ctx = record.as_ref().map(|r| {
-            crate::run::report::context(r, child_pid, visible.clone(), order.clone(), batch)
+            crate::run::report::context(
+                r,
+                child_pid,
+                visible.clone(),
+                order.clone(),
+                crate::triage::batch_size_from_args(&words).map(|(b, _)| b),
+                command_text.clone(),
+            )
         });
-        crate::triage::diagnose(&analysis, ctx.as_ref())
+        let mut scanner = crate::triage::Scanner::new();
+        for line in &outcome.tail {
+            scanner.push_line(line);
+        }
+        crate::triage::diagnose(&scanner.finish(), ctx.as_ref())
     });
     if !args.quiet {
         let mut text =
@@ -866,38 +821,14 @@ fn run_job(g: &GlobalArgs, config: &Config, args: &RunArgs) -> Result<u8> {
         eprint!("{text}");
     }
     if let Some(path) = &args.timeline {
-        let started = outcome
-            .started
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0.0, |d| d.as_secs_f64());
-        let ended = outcome
-            .ended
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0.0, |d| d.as_secs_f64());
-        let gpus = record
-            .as_ref()
-            .map(crate::run::monitor::RunRecord::job_gpus)
-            .unwrap_or_default();
-        let svg = crate::run::timeline::svg(
+        write_timeline(
+            path,
             &command_text,
-            started,
-            &gpus,
-            &crate::run::timeline::Ending {
-                at: ended,
-                status: outcome.describe(),
-                cause: diagnosis.as_ref().map(|d| d.headline.clone()),
-                failed,
-            },
+            &outcome,
+            record.as_ref(),
+            diagnosis.as_ref(),
+            args.quiet,
         );
-        // The job's exit code is what matters: a timeline that cannot be written is reported.
-        if let Err(e) = std::fs::write(path, svg) {
-            eprintln!(
-                "gpuwatch: cannot write the timeline '{}': {e}",
-                path.display()
-            );
-        } else if !args.quiet {
-            eprintln!("gpuwatch: timeline written to {}", path.display());
-        }
     }
     Ok(outcome.exit_code())
 }
@@ -920,7 +851,8 @@ fn explain(args: &ExplainArgs) -> Result<u8> {
             (format!("'{}'", p.display()), Box::new(f))
         }
     };
-    let analysis = scan_log(reader).map_err(|e| Failure::runtime(format!("cannot read {name}: {e}")))?;
+    let analysis =
+        scan_log(reader).map_err(|e| Failure::runtime(format!("cannot read {name}: {e}")))?;
     let diagnosis = crate::triage::diagnose(&analysis, None);
     if args.json {
         let text = serde_json::to_string_pretty(&diagnosis)
@@ -967,6 +899,102 @@ fn scan_log(reader: impl std::io::Read) -> std::io::Result<crate::triage::Analys
     Ok(scanner.finish())
 }
 
+/// `--gpu`/`--min-free`: the GPU for the job (after the first sample), as the job's
+/// `CUDA_VISIBLE_DEVICES` (by UUID) and `CUDA_DEVICE_ORDER`.
+fn gpu_env(
+    config: &Config,
+    sampler: Option<&Sampler>,
+    args: &RunArgs,
+    note: &mut Option<String>,
+) -> Result<Vec<(std::ffi::OsString, std::ffi::OsString)>> {
+    let rt = runtime()?;
+    let first = sampler.and_then(|s| match first_frame(&rt, s, config) {
+        Ok(f) => Some(f),
+        Err(e) => {
+            *note = Some(e.message);
+            None
+        }
+    });
+    let Some(frame) = &first else {
+        return Err(Failure::setup(format!(
+            "run: --gpu/--min-free need to see the GPUs: {}",
+            note.as_deref().unwrap_or("no sample")
+        )));
+    };
+    let gpu = choose_gpu(&frame.sample, args.gpu.as_deref(), args.min_free)?;
+    eprintln!(
+        "gpuwatch: running on GPU {} ({}{})",
+        gpu.index,
+        gpu.uuid,
+        gpu.memory
+            .map(|m| format!(", {} free", crate::output::fmt_bytes(m.free)))
+            .unwrap_or_default()
+    );
+    Ok(vec![
+        ("CUDA_VISIBLE_DEVICES".into(), gpu.uuid.clone().into()),
+        ("CUDA_DEVICE_ORDER".into(), "PCI_BUS_ID".into()),
+    ])
+}
+
+/// The sampler `run` watches the job with (at `--interval`, default [`RUN_INTERVAL`]), or why
+/// there is none.
+fn run_sampler(g: &GlobalArgs, config: &Config) -> (Option<Sampler>, Option<String>) {
+    let interval = g.interval.unwrap_or(RUN_INTERVAL);
+    let started = open_source(g, config, None).and_then(|source| {
+        Sampler::spawn(
+            source,
+            SamplerOptions {
+                interval,
+                slow_interval: config.sampling.slow_interval.max(interval),
+                host_interval: interval,
+            },
+        )
+        .map_err(|e| Failure::runtime(format!("cannot start the sampler thread: {e}")))
+    });
+    match started {
+        Ok(s) => (Some(s), None),
+        Err(e) => (None, Some(e.message)),
+    }
+}
+
+/// `run --timeline FILE.svg`. The job's exit code is what matters: a timeline that cannot be
+/// written is reported, nothing more.
+fn write_timeline(
+    path: &std::path::Path,
+    command: &str,
+    outcome: &crate::run::Outcome,
+    record: Option<&crate::run::monitor::RunRecord>,
+    diagnosis: Option<&crate::triage::Diagnosis>,
+    quiet: bool,
+) {
+    let unix = |t: SystemTime| {
+        t.duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64())
+    };
+    let gpus = record
+        .map(crate::run::monitor::RunRecord::job_gpus)
+        .unwrap_or_default();
+    let svg = crate::run::timeline::svg(
+        command,
+        unix(outcome.started),
+        &gpus,
+        &crate::run::timeline::Ending {
+            at: unix(outcome.ended),
+            status: outcome.describe(),
+            cause: diagnosis.map(|d| d.headline.clone()),
+            failed: outcome.exit_code() != 0,
+        },
+    );
+    match std::fs::write(path, svg) {
+        Err(e) => eprintln!(
+            "gpuwatch: cannot write the timeline '{}': {e}",
+            path.display()
+        ),
+        Ok(()) if !quiet => eprintln!("gpuwatch: timeline written to {}", path.display()),
+        Ok(()) => {}
+    }
+}
+
 /// Sampling interval while a job runs (faster than the dashboard's: a job can fill a GPU in
 /// seconds).
 const RUN_INTERVAL: Duration = Duration::from_millis(250);
@@ -990,22 +1018,21 @@ fn choose_gpu<'a>(
             .map(|v| v[0])
             .map_err(Failure::runtime),
         Some(want) => {
-            let found = match want.parse::<u32>() {
-                Ok(i) => sample.gpus.iter().find(|g| g.index == i),
-                Err(_) => {
-                    let matches: Vec<_> = sample
-                        .gpus
-                        .iter()
-                        .filter(|g| g.uuid == want || g.uuid.starts_with(want))
-                        .collect();
-                    if matches.len() > 1 {
-                        return Err(Failure::setup(format!(
-                            "--gpu '{want}' matches {} GPUs; give more of the UUID",
-                            matches.len()
-                        )));
-                    }
-                    matches.first().copied()
+            let found = if let Ok(i) = want.parse::<u32>() {
+                sample.gpus.iter().find(|g| g.index == i)
+            } else {
+                let matches: Vec<_> = sample
+                    .gpus
+                    .iter()
+                    .filter(|g| g.uuid == want || g.uuid.starts_with(want))
+                    .collect();
+                if matches.len() > 1 {
+                    return Err(Failure::setup(format!(
+                        "--gpu '{want}' matches {} GPUs; give more of the UUID",
+                        matches.len()
+                    )));
                 }
+                matches.first().copied()
             };
             let g = found.ok_or_else(|| {
                 Failure::setup(format!(

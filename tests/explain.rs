@@ -44,7 +44,10 @@ fn a_saved_log_gets_the_diagnosis_in_text_and_json() {
     let out = explain(&[path.to_str().unwrap()], None);
     assert!(out.status.success(), "{}", common::stderr(&out));
     let text = common::stdout(&out);
-    assert!(text.starts_with("Out of memory on GPU 0 from fragmentation"), "{text}");
+    assert!(
+        text.starts_with("Out of memory on GPU 0 from fragmentation"),
+        "{text}"
+    );
     assert!(text.contains("expandable_segments:True"), "{text}");
 
     let out = explain(&["--json", path.to_str().unwrap()], None);
@@ -52,7 +55,10 @@ fn a_saved_log_gets_the_diagnosis_in_text_and_json() {
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     assert_eq!(json["case"], "Fragmentation");
     let facts = &json["analysis"]["failure"];
-    assert!(facts.to_string().contains("61793841971"), "57.55 GiB exactly: {facts}");
+    assert!(
+        facts.to_string().contains("61793841971"),
+        "57.55 GiB exactly: {facts}"
+    );
 }
 
 #[test]
@@ -79,12 +85,22 @@ fn the_error_at_the_end_of_a_long_noisy_log_is_found() {
     let out = explain(&["--json"], Some(&log));
     assert!(out.status.success(), "{}", common::stderr(&out));
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
-    assert_eq!(json["analysis"]["failure"]["OutOfMemory"]["processes"].as_array().map(Vec::len), Some(2), "{json}");
+    assert_eq!(
+        json["analysis"]["failure"]["OutOfMemory"]["processes"]
+            .as_array()
+            .map(Vec::len),
+        Some(2),
+        "{json}"
+    );
 }
 
 #[test]
 fn bad_paths_get_clear_errors() {
-    fails_with(&explain(&["/no/such/log.txt"], None), 2, "cannot read the log '/no/such/log.txt'");
+    fails_with(
+        &explain(&["/no/such/log.txt"], None),
+        2,
+        "cannot read the log '/no/such/log.txt'",
+    );
     let dir = tempfile::tempdir().expect("tmp");
     fails_with(
         &explain(&[dir.path().to_str().unwrap()], None),

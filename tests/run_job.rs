@@ -75,10 +75,24 @@ fn another_process_took_the_memory() {
     );
     // The diagnosis: external pressure, naming the intruder, and GPU 0 has room.
     let diagnosis = err.split_once("\n\n").map_or("", |(_, d)| d);
-    assert!(diagnosis.to_lowercase().contains("another process") || diagnosis.to_lowercase().contains("other process"), "{diagnosis}");
-    assert!(diagnosis.contains(&intruder.pid().to_string()), "{diagnosis}");
+    assert!(
+        diagnosis.to_lowercase().contains("another process")
+            || diagnosis.to_lowercase().contains("other process"),
+        "{diagnosis}"
+    );
+    assert!(
+        diagnosis.contains(&intruder.pid().to_string()),
+        "{diagnosis}"
+    );
     assert!(diagnosis.contains("GPU 0"), "a GPU with room: {diagnosis}");
-    assert!(!diagnosis.contains("expandable_segments:True\n"), "{diagnosis}");
+    assert!(
+        diagnosis.contains("gpuwatch run --gpu 0 -- sh "),
+        "the fix reruns this very command there: {diagnosis}"
+    );
+    assert!(
+        !diagnosis.contains("expandable_segments:True\n"),
+        "{diagnosis}"
+    );
 }
 
 #[test]
@@ -94,13 +108,15 @@ fn fragmentation_gets_the_allocator_setting_first() {
     assert!(diagnosis.to_lowercase().contains("fragment"), "{diagnosis}");
     let first_fix = diagnosis
         .find("  1. ")
-        .map(|i| &diagnosis[i..])
-        .unwrap_or(diagnosis);
+        .map_or(diagnosis, |i| &diagnosis[i..]);
     assert!(
         first_fix[..first_fix.len().min(400)].contains("expandable_segments"),
         "the first fix: {diagnosis}"
     );
-    assert!(diagnosis.contains("PYTORCH_CUDA_ALLOC_CONF"), "the older alias: {diagnosis}");
+    assert!(
+        diagnosis.contains("PYTORCH_CUDA_ALLOC_CONF"),
+        "the older alias: {diagnosis}"
+    );
 }
 
 #[test]
@@ -128,7 +144,10 @@ fn a_batch_too_large_gets_a_smaller_batch_size() {
         .filter(|n| (8..64).contains(n))
         .collect();
     assert!(!suggested.is_empty(), "a batch size under 64: {diagnosis}");
-    assert!(!diagnosis.contains("PYTORCH_ALLOC_CONF=expandable_segments"), "{diagnosis}");
+    assert!(
+        !diagnosis.contains("PYTORCH_ALLOC_CONF=expandable_segments"),
+        "{diagnosis}"
+    );
     // The timeline: written, with the failure marked.
     let text = std::fs::read_to_string(&svg).expect("timeline written");
     assert!(text.starts_with("<svg"));
@@ -158,12 +177,24 @@ fn gpu_auto_picks_the_emptiest_gpu_by_uuid() {
     assert!(stderr(&out).contains("running on GPU 1"));
     // Not enough free anywhere: the job does not start.
     let none = gpuwatch_cmd(&sc)
-        .args(["run", "--min-free", "200GiB", "--", "sh", "-c", "echo started"])
+        .args([
+            "run",
+            "--min-free",
+            "200GiB",
+            "--",
+            "sh",
+            "-c",
+            "echo started",
+        ])
         .output()
         .expect("runs");
     assert_ne!(none.status.code(), Some(0));
     assert!(!String::from_utf8_lossy(&none.stdout).contains("started"));
-    assert!(stderr(&none).contains("no GPU has 200"), "{}", stderr(&none));
+    assert!(
+        stderr(&none).contains("no GPU has 200"),
+        "{}",
+        stderr(&none)
+    );
     let bad = gpuwatch_cmd(&sc)
         .args(["run", "--gpu", "7", "--", "true"])
         .output()
@@ -175,7 +206,10 @@ fn gpu_auto_picks_the_emptiest_gpu_by_uuid() {
 fn without_a_driver_the_job_still_runs_and_the_report_says_why() {
     let sc = ScenarioFile::new(&format!("[[gpu]]\n{H200}"));
     let out = gpuwatch_cmd(&sc)
-        .env("GPUWATCH_NVML_LIB", sc.dir.path().join("no-such-libnvidia-ml.so"))
+        .env(
+            "GPUWATCH_NVML_LIB",
+            sc.dir.path().join("no-such-libnvidia-ml.so"),
+        )
         .args(["run", "--", "sh", "-c", "echo working; exit 3"])
         .output()
         .expect("runs");

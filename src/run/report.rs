@@ -77,7 +77,11 @@ fn gpu_lines(out: &mut String, started: f64, g: &GpuRun) {
             "    others' peak   {} at {}{}",
             fmt_bytes(*b),
             offset(started, *t),
-            if *b == 0 { " (the GPU was the job's alone)" } else { "" }
+            if *b == 0 {
+                " (the GPU was the job's alone)"
+            } else {
+                ""
+            }
         );
         for h in holders.iter().take(5) {
             let _ = writeln!(out, "      {}", holder_line(h));
@@ -96,7 +100,12 @@ fn gpu_lines(out: &mut String, started: f64, g: &GpuRun) {
 }
 
 /// The report (without the diagnosis). `note` says why the GPU was not watched, if it was not.
-pub fn render(command: &str, outcome: &Outcome, record: Option<&RunRecord>, note: Option<&str>) -> String {
+pub fn render(
+    command: &str,
+    outcome: &Outcome,
+    record: Option<&RunRecord>,
+    note: Option<&str>,
+) -> String {
     let started = unix(outcome.started);
     let ended = unix(outcome.ended);
     let mut out = String::new();
@@ -148,6 +157,7 @@ pub fn context(
     visible: Option<String>,
     order: Option<String>,
     batch_size: Option<u64>,
+    command: String,
 ) -> Context {
     let mut job_pids: Vec<u32> = record.job_pids.iter().copied().collect();
     if !job_pids.contains(&child_pid) {
@@ -189,5 +199,6 @@ pub fn context(
         cuda_device_order: order,
         gpus,
         batch_size,
+        command: Some(command),
     }
 }

@@ -96,7 +96,6 @@ pub fn svg(command: &str, started: f64, gpus: &[&GpuRun], ending: &Ending) -> St
         .max(started + 1.0);
     let span = end - started;
     let plot_w = WIDTH - LEFT - RIGHT;
-    let x = |t: f64| LEFT + (t - started).clamp(0.0, span) / span * plot_w;
     let mut out = String::new();
     let _ = write!(
         out,
@@ -122,9 +121,13 @@ pub fn svg(command: &str, started: f64, gpus: &[&GpuRun], ending: &Ending) -> St
     }
     // Legend.
     let lx = WIDTH - RIGHT - 330.0;
-    for (i, (color, label)) in [(JOB, "the job"), (EXTERNAL, "everyone else"), (CAPACITY, "capacity")]
-        .iter()
-        .enumerate()
+    for (i, (color, label)) in [
+        (JOB, "the job"),
+        (EXTERNAL, "everyone else"),
+        (CAPACITY, "capacity"),
+    ]
+    .iter()
+    .enumerate()
     {
         let x0 = lx + i as f64 * 110.0;
         let _ = write!(
@@ -140,99 +143,127 @@ pub fn svg(command: &str, started: f64, gpus: &[&GpuRun], ending: &Ending) -> St
             TOP + 40.0
         );
     }
+    let scale = Scale {
+        started,
+        span,
+        plot_w,
+    };
     for (i, g) in gpus.iter().enumerate() {
-        let top = TOP + PANEL * i as f64 + 20.0;
-        let bottom = top + PLOT_H;
-        let total = g
-            .total
-            .or_else(|| g.timeline.iter().map(|p| p.total).max())
-            .unwrap_or(1)
-            .max(1) as f64;
-        let y = |b: f64| bottom - (b / total).clamp(0.0, 1.05) * PLOT_H;
-        let _ = write!(
-            out,
-            r#"<text x="{LEFT}" y="{}" font-weight="bold">{}</text>"#,
-            top - 6.0,
-            esc(&format!(
-                "GPU {} · {} · {}",
-                g.index,
-                g.name.as_deref().unwrap_or("GPU"),
-                g.uuid
-            ))
-        );
-        // Grid and axes.
-        for frac in [0.0, 0.25, 0.5, 0.75, 1.0] {
-            let yy = y(total * frac);
-            let _ = write!(
-                out,
-                r##"<line x1="{LEFT}" y1="{yy:.1}" x2="{:.1}" y2="{yy:.1}" stroke="#e5e5e5"/><text x="{:.1}" y="{:.1}" text-anchor="end" fill="#555555">{}</text>"##,
-                LEFT + plot_w,
-                LEFT - 6.0,
-                yy + 4.0,
-                gib(total * frac)
-            );
-        }
-        for k in 0..=4 {
-            let t = started + span * f64::from(k) / 4.0;
-            let _ = write!(
-                out,
-                r##"<text x="{:.1}" y="{:.1}" text-anchor="middle" fill="#555555">+{}</text>"##,
-                x(t),
-                bottom + 16.0,
-                clock(t - started)
-            );
-        }
-        if !g.timeline.is_empty() {
-            // Stacked areas: the job from 0, everyone else on top of it.
-            let pts = &g.timeline;
-            let mut job = String::new();
-            let mut ext = String::new();
-            for p in pts {
-                let _ = write!(job, "{:.1},{:.1} ", x(p.t), y(p.job as f64));
-                let _ = write!(ext, "{:.1},{:.1} ", x(p.t), y((p.job + p.external) as f64));
-            }
-            let first = x(pts[0].t);
-            let last = x(pts[pts.len() - 1].t);
-            let mut job_back = String::new();
-            for p in pts.iter().rev() {
-                let _ = write!(job_back, "{:.1},{:.1} ", x(p.t), y(p.job as f64));
-            }
-            let _ = write!(
-                out,
-                r#"<polygon points="{ext}{job_back}" fill="{EXTERNAL}" fill-opacity="0.75"/><polygon points="{first:.1},{bottom:.1} {job}{last:.1},{bottom:.1}" fill="{JOB}" fill-opacity="0.85"/>"#
-            );
-        }
-        let _ = write!(
-            out,
-            r#"<line x1="{LEFT}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="{CAPACITY}" stroke-width="1.5" stroke-dasharray="6 3"/>"#,
-            y(total),
-            LEFT + plot_w,
-            y(total)
-        );
-        if let Some((b, t)) = g.job_peak {
-            let _ = write!(
-                out,
-                r#"<circle cx="{:.1}" cy="{:.1}" r="3.5" fill="{JOB}" stroke="white"/><text x="{:.1}" y="{:.1}" fill="{JOB}">job peak {}</text>"#,
-                x(t),
-                y(b as f64),
-                (x(t) + 6.0).min(LEFT + plot_w - 110.0),
-                (y(b as f64) - 6.0).max(top + 10.0),
-                gib(b as f64)
-            );
-        }
-        // The end: a red line where the job failed, grey where it ended well.
-        let ex = x(ending.at);
-        let color = if ending.failed { CAPACITY } else { "#888888" };
-        let _ = write!(
-            out,
-            r#"<line x1="{ex:.1}" y1="{top:.1}" x2="{ex:.1}" y2="{bottom:.1}" stroke="{color}" stroke-width="2"/><text x="{:.1}" y="{:.1}" text-anchor="end" fill="{color}">{}</text>"#,
-            ex - 4.0,
-            top + 12.0,
-            esc(if ending.failed { "failed here" } else { "ended" })
-        );
+        panel(&mut out, g, TOP + PANEL * i as f64 + 20.0, &scale, ending);
     }
     out.push_str("</svg>\n");
     out
+}
+
+/// The time axis shared by the panels.
+struct Scale {
+    started: f64,
+    span: f64,
+    plot_w: f64,
+}
+
+impl Scale {
+    fn x(&self, t: f64) -> f64 {
+        LEFT + (t - self.started).clamp(0.0, self.span) / self.span * self.plot_w
+    }
+}
+
+/// One GPU's panel, its plot's top edge at `top`.
+fn panel(out: &mut String, g: &GpuRun, top: f64, scale: &Scale, ending: &Ending) {
+    let (started, span, plot_w) = (scale.started, scale.span, scale.plot_w);
+    let x = |t: f64| scale.x(t);
+    let bottom = top + PLOT_H;
+    let total = g
+        .total
+        .or_else(|| g.timeline.iter().map(|p| p.total).max())
+        .unwrap_or(1)
+        .max(1) as f64;
+    let y = |b: f64| bottom - (b / total).clamp(0.0, 1.05) * PLOT_H;
+    let _ = write!(
+        out,
+        r#"<text x="{LEFT}" y="{}" font-weight="bold">{}</text>"#,
+        top - 6.0,
+        esc(&format!(
+            "GPU {} · {} · {}",
+            g.index,
+            g.name.as_deref().unwrap_or("GPU"),
+            g.uuid
+        ))
+    );
+    // Grid and axes.
+    for frac in [0.0, 0.25, 0.5, 0.75, 1.0] {
+        let yy = y(total * frac);
+        let _ = write!(
+            out,
+            r##"<line x1="{LEFT}" y1="{yy:.1}" x2="{:.1}" y2="{yy:.1}" stroke="#e5e5e5"/><text x="{:.1}" y="{:.1}" text-anchor="end" fill="#555555">{}</text>"##,
+            LEFT + plot_w,
+            LEFT - 6.0,
+            yy + 4.0,
+            gib(total * frac)
+        );
+    }
+    for k in 0..=4 {
+        let t = started + span * f64::from(k) / 4.0;
+        let _ = write!(
+            out,
+            r##"<text x="{:.1}" y="{:.1}" text-anchor="middle" fill="#555555">+{}</text>"##,
+            x(t),
+            bottom + 16.0,
+            clock(t - started)
+        );
+    }
+    if !g.timeline.is_empty() {
+        // Stacked areas: the job from 0, everyone else on top of it.
+        let pts = &g.timeline;
+        let mut job = String::new();
+        let mut ext = String::new();
+        for p in pts {
+            let _ = write!(job, "{:.1},{:.1} ", x(p.t), y(p.job as f64));
+            let _ = write!(ext, "{:.1},{:.1} ", x(p.t), y((p.job + p.external) as f64));
+        }
+        let first = x(pts[0].t);
+        let last = x(pts[pts.len() - 1].t);
+        let mut job_back = String::new();
+        for p in pts.iter().rev() {
+            let _ = write!(job_back, "{:.1},{:.1} ", x(p.t), y(p.job as f64));
+        }
+        let _ = write!(
+            out,
+            r#"<polygon points="{ext}{job_back}" fill="{EXTERNAL}" fill-opacity="0.75"/><polygon points="{first:.1},{bottom:.1} {job}{last:.1},{bottom:.1}" fill="{JOB}" fill-opacity="0.85"/>"#
+        );
+    }
+    let _ = write!(
+        out,
+        r#"<line x1="{LEFT}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="{CAPACITY}" stroke-width="1.5" stroke-dasharray="6 3"/>"#,
+        y(total),
+        LEFT + plot_w,
+        y(total)
+    );
+    if let Some((b, t)) = g.job_peak {
+        let _ = write!(
+            out,
+            r#"<circle cx="{:.1}" cy="{:.1}" r="3.5" fill="{JOB}" stroke="white"/><text x="{:.1}" y="{:.1}" fill="{JOB}">job peak {}</text>"#,
+            x(t),
+            y(b as f64),
+            (x(t) + 6.0).min(LEFT + plot_w - 110.0),
+            (y(b as f64) - 6.0).max(top + 10.0),
+            gib(b as f64)
+        );
+    }
+    // The end: a red line where the job failed, grey where it ended well.
+    let ex = x(ending.at);
+    let color = if ending.failed { CAPACITY } else { "#888888" };
+    let _ = write!(
+        out,
+        r#"<line x1="{ex:.1}" y1="{top:.1}" x2="{ex:.1}" y2="{bottom:.1}" stroke="{color}" stroke-width="2"/><text x="{:.1}" y="{:.1}" text-anchor="end" fill="{color}">{}</text>"#,
+        ex - 4.0,
+        top + 12.0,
+        esc(if ending.failed {
+            "failed here"
+        } else {
+            "ended"
+        })
+    );
 }
 
 #[cfg(test)]
@@ -278,7 +309,10 @@ mod tests {
         );
         assert!(text.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\""));
         assert!(text.trim_end().ends_with("</svg>"));
-        assert!(text.contains("python train.py --batch-size 64 &lt;&amp;&gt;"), "escaped");
+        assert!(
+            text.contains("python train.py --batch-size 64 &lt;&amp;&gt;"),
+            "escaped"
+        );
         assert!(text.contains("exit code 1 after 11s — CUDA out of memory"));
         assert!(text.contains("GPU 2 · NVIDIA H200 · GPU-abc"));
         assert!(text.contains("job peak 60 GiB"));

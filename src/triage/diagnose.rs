@@ -51,6 +51,14 @@ pub struct Context {
     pub gpus: Vec<GpuView>,
     /// The per-device batch size, if known (see [`batch_size_from_args`]).
     pub batch_size: Option<u64>,
+    /// The job's command line, for the fixes' snippets (`explain` says `python train.py …`).
+    pub command: Option<String>,
+}
+
+/// The job's command line for a snippet.
+fn job_command(ctx: Option<&Context>) -> String {
+    ctx.and_then(|c| c.command.clone())
+        .unwrap_or_else(|| "python train.py …".to_string())
 }
 
 /// One GPU as the monitor saw it.
@@ -599,10 +607,14 @@ fn oom(d: &mut Diagnosis, f: &OomFacts, ctx: Option<&Context>) {
         );
         d.fixes.push(fix(
             "Let the caching allocator grow segments instead of carving fixed blocks",
-            "    PYTORCH_ALLOC_CONF=expandable_segments:True python train.py\n\
-             PYTORCH_ALLOC_CONF is the name since PyTorch 2.9; older versions read \
-             PYTORCH_CUDA_ALLOC_CONF (still accepted as an alias). On versions without \
-             expandable segments, `max_split_size_mb:512` limits the splitting of large blocks.",
+            format!(
+                "    PYTORCH_ALLOC_CONF=expandable_segments:True {}\n\
+                 PYTORCH_ALLOC_CONF is the name since PyTorch 2.9; older versions read \
+                 PYTORCH_CUDA_ALLOC_CONF (still accepted as an alias). On versions without \
+                 expandable segments, `max_split_size_mb:512` limits the splitting of large \
+                 blocks.",
+                job_command(ctx)
+            ),
         ));
         d.fixes.push(fix(
             "Release the cache between phases",
@@ -713,11 +725,14 @@ fn another_gpu(ctx: Option<&Context>, failed: Option<u32>, footprint: u64) -> Fi
                 format!("Use GPU {}: it has {} free", g.index, fmt_size(free)),
                 format!(
                     "GPU {} ({}) has {} free now, enough for this job's {}:\n    \
-                     CUDA_VISIBLE_DEVICES={} python train.py …\n(or `gpuwatch run --gpu auto`)",
+                     gpuwatch run --gpu {} -- {}\n(it sets CUDA_VISIBLE_DEVICES={}; \
+                     `--gpu auto` picks the emptiest GPU)",
                     g.index,
                     g.name,
                     fmt_size(free),
                     fmt_size(footprint),
+                    g.index,
+                    job_command(Some(ctx)),
                     g.uuid
                 ),
             )

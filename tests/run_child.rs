@@ -24,11 +24,16 @@ impl Gw {
         }
     }
 
-    /// `gpuwatch run -- ARGS…`.
+    /// `gpuwatch run --quiet -- ARGS…` (without its report on stderr, so what comes out is
+    /// exactly what the job wrote; `tests/run_job.rs` checks the report).
     fn run(&self, args: &[&str]) -> Command {
         let mut cmd = Command::new(common::gpuwatch_bin());
         self.isolate(&mut cmd);
-        cmd.arg("run").arg("--").args(args).stdin(Stdio::null());
+        cmd.arg("run")
+            .arg("--quiet")
+            .arg("--")
+            .args(args)
+            .stdin(Stdio::null());
         cmd
     }
 
@@ -42,15 +47,24 @@ impl Gw {
 
 /// A job for the signal tests: prints `ready`, then waits (at most 30 s) for signals; `INT`
 /// prints `int-N` and carries on, `TERM` prints `term-after-N` and exits 143, `HUP` prints
-/// `hup` and exits 129.
+/// `hup` and exits 129. The `sleep` it waits on is restarted if a terminal's Ctrl-C killed it
+/// (a background job ignores SIGINT only once its forked shell has set that up, which under
+/// load can be after the Ctrl-C).
 const SIGNAL_JOB: &str = r"
 n=0
+end=$(( $(date +%s) + 30 ))
 sleep 30 & s=$!
 trap 'n=$((n+1)); echo int-$n' INT
-trap 'echo term-after-$n; kill $s; exit 143' TERM
-trap 'echo hup; kill $s; exit 129' HUP
+trap 'echo term-after-$n; kill $s 2>/dev/null; exit 143' TERM
+trap 'echo hup; kill $s 2>/dev/null; exit 129' HUP
 echo ready
-while kill -0 $s 2>/dev/null; do wait $s; done
+while :; do
+  wait $s
+  if ! kill -0 $s 2>/dev/null; then
+    [ $(date +%s) -ge $end ] && break
+    sleep 30 & s=$!
+  fi
+done
 echo gave-up
 exit 99
 ";
@@ -315,7 +329,7 @@ fn ctrl_c_from_the_terminal_reaches_the_job_once() {
     gw.isolate(&mut cmd);
     cmd.arg("-c")
         .arg(common::gpuwatch_bin())
-        .args(["run", "--", "sh", "-c", SIGNAL_JOB])
+        .args(["run", "--quiet", "--", "sh", "-c", SIGNAL_JOB])
         .stdin(Stdio::from(slave))
         .stdout(Stdio::piped());
     // setsid is not a group leader here, so it execs gpuwatch itself: the child is gpuwatch.

@@ -307,3 +307,37 @@ fn keys_are_answered_while_the_source_hangs() {
     t.keys(&["Escape", "q"]);
     t.wait_for("exit", |s| s.contains("EXITED rc=0"));
 }
+
+#[test]
+fn the_remote_dashboard_follows_a_daemon_and_says_when_it_is_gone() {
+    let job = Sleeper::spawn();
+    let sc = ScenarioFile::new(&format!(
+        "[[gpu]]\nmemory_total = \"80GiB\"\n[[gpu.process]]\npid = {}\nused = \"12GiB\"\n",
+        job.pid()
+    ));
+    let daemon = common::Daemon::start(&sc, &["--no-history"]);
+    let t = Tmux::start(
+        "remote",
+        &[],
+        &format!("tui --connect http://127.0.0.1:{}", daemon.port),
+    );
+    let screen = t.wait_for("the remote process", |s| {
+        s.contains(&job.pid().to_string()) && s.contains("12.0GiB")
+    });
+    assert!(
+        screen.contains("remote") && screen.contains(&format!("127.0.0.1:{}", daemon.port)),
+        "{screen}"
+    );
+    // The daemon goes away: the header says since when and why, and the dashboard stays up.
+    drop(daemon);
+    let screen = t.wait_for("the disconnected state", |s| {
+        s.contains("DISCONNECTED since")
+    });
+    assert!(screen.contains("retrying in"), "{screen}");
+    assert!(
+        screen.contains(&job.pid().to_string()),
+        "the last frame stays on screen: {screen}"
+    );
+    t.keys(&["q"]);
+    t.wait_for("a clean exit", |s| s.contains("EXITED rc=0"));
+}

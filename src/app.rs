@@ -539,7 +539,12 @@ fn open_new(path: &Path, force: bool) -> Result<std::fs::File> {
 
 /// The dashboard on a terminal; elsewhere (a pipe, a file) the snapshot table on every frame.
 fn tui(g: &GlobalArgs, config: &Config, args: &crate::cli::TuiArgs) -> Result<u8> {
-    let token = read_token(args.token_file.as_deref())?;
+    let token = args
+        .token_file
+        .as_deref()
+        .map(crate::serve::read_token_file)
+        .transpose()
+        .map_err(Failure::setup)?;
     if let Some(url) = &args.connect {
         return connect_dashboard(config, url, token);
     }
@@ -549,24 +554,6 @@ fn tui(g: &GlobalArgs, config: &Config, args: &crate::cli::TuiArgs) -> Result<u8
     dashboard(g, config)
 }
 
-/// The bearer token in `path` (trimmed), for a daemon that wants one.
-fn read_token(path: Option<&std::path::Path>) -> Result<Option<String>> {
-    let Some(path) = path else { return Ok(None) };
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        Failure::setup(format!(
-            "cannot read the token file '{}': {e}",
-            path.display()
-        ))
-    })?;
-    let token = text.trim().to_string();
-    if token.is_empty() {
-        return Err(Failure::setup(format!(
-            "the token file '{}' is empty",
-            path.display()
-        )));
-    }
-    Ok(Some(token))
-}
 
 /// `tui --connect URL`: a remote daemon's GPUs in the full dashboard (or, when the output is
 /// not a terminal, its snapshot table once).

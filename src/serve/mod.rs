@@ -40,23 +40,29 @@ pub struct Options {
     pub history: Option<std::path::PathBuf>,
 }
 
+/// The bearer token in a token file (trimmed; an empty file is an error). The daemon serves
+/// it, `tui --connect` and `tui --prometheus` send it.
+pub fn read_token_file(path: &std::path::Path) -> Result<String, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read the token file '{}': {e}", path.display()))?;
+    let token = text.trim().to_string();
+    if token.is_empty() {
+        return Err(format!("the token file '{}' is empty", path.display()));
+    }
+    Ok(token)
+}
+
 impl Options {
     /// The command line over `[daemon]`: a non-loopback address needs a token or
     /// `--insecure-listen`.
     pub fn from_args(args: &DaemonArgs, config: &DaemonConfig) -> Result<Self, String> {
         let listen: SocketAddr = args.listen.unwrap_or(config.listen);
-        let token = match args.token_file.as_ref().or(config.token_file.as_ref()) {
-            None => None,
-            Some(path) => {
-                let text = std::fs::read_to_string(path)
-                    .map_err(|e| format!("cannot read the token file '{}': {e}", path.display()))?;
-                let token = text.trim().to_string();
-                if token.is_empty() {
-                    return Err(format!("the token file '{}' is empty", path.display()));
-                }
-                Some(token)
-            }
-        };
+        let token = args
+            .token_file
+            .as_ref()
+            .or(config.token_file.as_ref())
+            .map(|p| read_token_file(p))
+            .transpose()?;
         if !listen.ip().is_loopback() && token.is_none() && !args.insecure_listen {
             return Err(format!(
                 "refusing to listen on {listen}: it is not a loopback address and no token is \

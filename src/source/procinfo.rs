@@ -109,6 +109,7 @@ impl ProcInfo {
             ProcessesToUpdate::Some(&list),
             true,
             ProcessRefreshKind::nothing()
+                .without_tasks()
                 .with_cpu()
                 .with_memory()
                 .with_cmd(UpdateKind::OnlyIfNotSet)

@@ -59,6 +59,17 @@ struct Tracked {
     complete: bool,
 }
 
+/// What one [`ProcInfo`] learnt about its PIDs, for another to take over.
+#[derive(Debug, Default)]
+pub struct Handover(HashMap<u32, Tracked>);
+
+impl Handover {
+    /// Adds a later hand-over: its PIDs replace the same PIDs of this one.
+    pub fn merge(&mut self, later: Handover) {
+        self.0.extend(later.0);
+    }
+}
+
 /// Reads host facts about GPU processes. Owned by the sampler thread; every call does work
 /// proportional to the number of PIDs asked, never to the size of the process table.
 ///
@@ -239,6 +250,23 @@ impl ProcInfo {
                     container: tracked.container.clone(),
                 },
             );
+        }
+    }
+
+    /// Hands what the last [`enrich`](Self::enrich) call learnt (identity, CPU baseline, the
+    /// facts read in full) to another `ProcInfo`, through [`adopt`](Self::adopt): the sampler
+    /// enriches first-seen PIDs on its fast thread and the host thread then refreshes them
+    /// without reading them in full a second time. Leaves this one empty.
+    pub fn hand_over(&mut self) -> Handover {
+        Handover(std::mem::take(&mut self.tracked))
+    }
+
+    /// Takes over the state of PIDs this one does not track yet (see
+    /// [`hand_over`](Self::hand_over)); what it tracks already wins. The next
+    /// [`enrich`](Self::enrich) still drops whatever it is not asked about.
+    pub fn adopt(&mut self, handover: Handover) {
+        for (pid, t) in handover.0 {
+            self.tracked.entry(pid).or_insert(t);
         }
     }
 
@@ -851,6 +879,46 @@ mod tests {
         // Gone: not visible, and forgotten.
         assert_eq!(info.enrich(&[pid])[&pid], HostProc::default());
         assert!(info.loaded_pids().is_empty());
+    }
+
+    #[test]
+    fn a_handed_over_pid_is_refreshed_not_read_again() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("spawn sleep");
+        let pid = child.id();
+        for _ in 0..200 {
+            if std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| c.starts_with(b"sleep\0"))
+            {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let mut first = ProcInfo::new().expect("sysinfo supported");
+        let seen = first.enrich(&[pid])[&pid].clone();
+        let mut handover = Handover::default();
+        handover.merge(first.hand_over());
+        assert!(first.loaded_pids().is_empty());
+        let mut host = ProcInfo::new().expect("sysinfo supported");
+        host.adopt(handover);
+        std::thread::sleep(MIN_CPU_WINDOW);
+        let refreshed = host.enrich(&[pid])[&pid].clone();
+        // The CPU baseline came along: a second sighting, not a first one.
+        assert!(refreshed.cpu_percent.is_some(), "{refreshed:?}");
+        assert_eq!(
+            (
+                &refreshed.command,
+                refreshed.start_time,
+                &refreshed.container
+            ),
+            (&seen.command, seen.start_time, &seen.container)
+        );
+        // sysinfo was not asked: the refresh came from /proc/PID/stat and statm.
+        assert!(host.system.processes().is_empty());
+        let _ = child.kill();
+        let _ = child.wait();
     }
 
     #[test]

@@ -218,7 +218,7 @@ async fn pipeline(
 /// growth per GPU and the failed calls so far.
 fn publish(
     shared: &Shared,
-    frame: &crate::model::Frame,
+    frame: &Arc<crate::model::Frame>,
     history: &History,
     detector: &Detector,
     config: &Config,
@@ -258,7 +258,7 @@ fn publish(
         for e in errors {
             *s.collect_errors.entry(e.call.clone()).or_insert(0) += 1;
         }
-        s.latest = Some(frame.clone());
+        s.latest = Some(Arc::clone(frame));
         s.watched = pids;
         s.growth = growth;
         s.findings = findings;

@@ -334,6 +334,26 @@ impl ProcHistory {
     }
 
     /// `(t, used bytes)` for the points where memory is known.
+    /// Appends the point of sample row `p` taken at `t`, keeping at most `cap` points. A second
+    /// row at the same time (the same PID listed twice in one GPU's sample) is ignored: the
+    /// first wins.
+    fn record(&mut self, t: f64, p: &ProcSample, cap: usize) {
+        if self.points.back().is_some_and(|last| last.t >= t) {
+            return;
+        }
+        self.last_seen = t;
+        raise_peak(&mut self.peak_used, p.used_bytes, t);
+        push_bounded(
+            &mut self.points,
+            ProcPoint {
+                t,
+                used: p.used_bytes,
+                sm: p.sm_percent,
+            },
+            cap,
+        );
+    }
+
     pub fn used_series(&self) -> impl DoubleEndedIterator<Item = (f64, u64)> + Clone + '_ {
         self.points.iter().filter_map(|p| Some((p.t, p.used?)))
     }
@@ -458,23 +478,19 @@ impl History {
         push_bounded(&mut gh.points, point, cap);
 
         for p in &g.processes {
-            let key = self.key_for_push(&g.uuid, p, previous);
-            let ph = self.procs.entry(key).or_insert_with(|| ProcHistory::new(t));
-            if ph.points.back().is_some_and(|last| last.t >= t) {
-                // The same PID listed twice in one GPU's sample: keep the first.
+            // The common case, a process already known by its start time, in one lookup.
+            let key = Self::key_of(&g.uuid, p);
+            if key.start_time.is_some()
+                && let Some(ph) = self.procs.get_mut(&key)
+            {
+                ph.record(t, p, cap);
                 continue;
             }
-            ph.last_seen = t;
-            raise_peak(&mut ph.peak_used, p.used_bytes, t);
-            push_bounded(
-                &mut ph.points,
-                ProcPoint {
-                    t,
-                    used: p.used_bytes,
-                    sm: p.sm_percent,
-                },
-                cap,
-            );
+            let key = self.key_for_push(&g.uuid, p, previous);
+            self.procs
+                .entry(key)
+                .or_insert_with(|| ProcHistory::new(t))
+                .record(t, p, cap);
         }
     }
 

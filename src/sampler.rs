@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 use crate::model::{Frame, HostProc, Sample, SlowReadings, SourceInfo};
-use crate::source::procinfo::ProcInfo;
+use crate::source::procinfo::{Handover, ProcInfo};
 use crate::source::{CallProbe, GpuSource, InFlight};
 
 /// How the sampler paces itself.
@@ -142,7 +142,10 @@ impl Sampler {
         }
 
         let host = if source.wants_host_enrichment() {
-            let host = Arc::new(HostShared::default());
+            let host = Arc::new(HostShared {
+                handover: Mutex::new(Some(Handover::default())),
+                ..HostShared::default()
+            });
             let stop = Arc::clone(&stop);
             let shared = Arc::clone(&host);
             threads.push(
@@ -287,6 +290,9 @@ struct HostShared {
     facts: Mutex<HashMap<u32, HostProc>>,
     /// The PIDs of the latest sample: what the host thread refreshes.
     pids: Mutex<Vec<u32>>,
+    /// What the fast thread learnt enriching first-seen PIDs, for the host thread to take
+    /// over rather than read those PIDs in full again; `None` without a host thread.
+    handover: Mutex<Option<Handover>>,
 }
 
 /// Refreshes CPU %, RSS and the rest for the current PIDs, off the fast path (reading `/proc`
@@ -302,6 +308,15 @@ fn host_loop(shared: &HostShared, stop: &Stop, interval: Duration) {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
+        let handover = shared
+            .handover
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_mut()
+            .map(std::mem::take);
+        if let Some(handover) = handover {
+            procinfo.adopt(handover);
+        }
         let fresh = procinfo.enrich(&pids);
         {
             // Merge rather than replace: the fast thread may have added PIDs it saw first while
@@ -390,6 +405,14 @@ fn enrich(host: &HostShared, first_sight: Option<&mut ProcInfo>, sample: &mut Sa
         && let Some(procinfo) = first_sight
     {
         facts.extend(procinfo.enrich(&unknown));
+        if let Some(handover) = host
+            .handover
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_mut()
+        {
+            handover.merge(procinfo.hand_over());
+        }
     }
     for g in &mut sample.gpus {
         for p in &mut g.processes {

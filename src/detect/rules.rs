@@ -10,7 +10,7 @@
 // Rules read best with the conventional short names: r(ules), g(pu), h(istory), p(rocess).
 #![allow(clippy::many_single_char_names)]
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use super::{Culprit, Finding, FindingId, RuleKind, Rules, Severity};
@@ -47,11 +47,20 @@ pub fn evaluate(input: &Input<'_>, rules: &Rules) -> Vec<Finding> {
         out.extend(near_capacity(input, rules, g, h));
         out.extend(filling_up(input, rules, g, h));
         out.extend(external_pressure(input, rules, g, h));
+        // The PIDs with an open leak finding on this GPU, looked up once rather than by a
+        // `FindingId` built and hashed for every process of every frame.
+        let open_leaks: HashSet<u32> = input
+            .open
+            .keys()
+            .filter(|k| k.rule == RuleKind::LeakSuspected && k.gpu == g.uuid)
+            .filter_map(|k| k.pid)
+            .collect();
         for p in &g.processes {
             let Some((_, ph)) = input.history.process_for(&g.uuid, p) else {
                 continue;
             };
-            out.extend(leak_suspected(input, rules, g, p, ph));
+            let open = open_leaks.contains(&p.pid);
+            out.extend(leak_suspected(input, rules, g, p, ph, open));
             out.extend(idle_holder(input, rules, g, p, ph));
         }
     }
@@ -452,16 +461,51 @@ fn filling_up(input: &Input<'_>, r: &Rules, g: &GpuSample, h: &GpuHistory) -> Op
 }
 
 /// Memory of the watched processes on a GPU at each sample time of the window.
-fn mine_by_time(input: &Input<'_>, g: &GpuSample, from: f64) -> HashMap<u64, u64> {
-    let mut mine: HashMap<u64, u64> = HashMap::new();
+/// The watched processes' memory summed per sample time over `[from, latest]`, ascending by
+/// time. The processes' series share their sample times, so each one is merged into the running
+/// sum in one pass (no hashing per point: at 64 processes and a one-minute window this runs
+/// thousands of times per GPU and frame).
+fn mine_by_time(input: &Input<'_>, g: &GpuSample, from: f64) -> Vec<(f64, u64)> {
+    let mut mine: Vec<(f64, u64)> = Vec::new();
+    let mut points: Vec<(f64, u64)> = Vec::new();
+    let mut merged: Vec<(f64, u64)> = Vec::new();
     for p in g.processes.iter().filter(|p| (input.watched)(p)) {
         if let Some((_, ph)) = input.history.process_for(&g.uuid, p) {
-            for (t, u) in ph.used_series().rev().take_while(|(t, _)| *t >= from) {
-                *mine.entry(t.to_bits()).or_default() += u;
-            }
+            points.clear();
+            points.extend(ph.used_series().rev().take_while(|(t, _)| *t >= from));
+            points.reverse();
+            merge_sum(&mine, &points, &mut merged);
+            std::mem::swap(&mut mine, &mut merged);
         }
     }
     mine
+}
+
+/// `a` and `b` (each ascending by time, one value per time) merged into `out`, ascending, the
+/// values of equal times added.
+fn merge_sum(a: &[(f64, u64)], b: &[(f64, u64)], out: &mut Vec<(f64, u64)>) {
+    out.clear();
+    out.reserve(a.len().max(b.len()));
+    let (mut i, mut j) = (0, 0);
+    while i < a.len() && j < b.len() {
+        match a[i].0.total_cmp(&b[j].0) {
+            std::cmp::Ordering::Less => {
+                out.push(a[i]);
+                i += 1;
+            }
+            std::cmp::Ordering::Greater => {
+                out.push(b[j]);
+                j += 1;
+            }
+            std::cmp::Ordering::Equal => {
+                out.push((a[i].0, a[i].1 + b[j].1));
+                i += 1;
+                j += 1;
+            }
+        }
+    }
+    out.extend_from_slice(&a[i..]);
+    out.extend_from_slice(&b[j..]);
 }
 
 fn external_pressure(
@@ -482,10 +526,10 @@ fn external_pressure(
         .into_iter()
         .map(|(t, u)| {
             let u = u as u64;
-            (
-                t,
-                u.saturating_sub(mine.get(&t.to_bits()).copied().unwrap_or(0)) as f64,
-            )
+            let at = mine
+                .binary_search_by(|m| m.0.total_cmp(&t))
+                .map_or(0, |i| mine[i].1);
+            (t, u.saturating_sub(at) as f64)
         })
         .collect();
     let now_ext = external.last()?.1;
@@ -502,14 +546,7 @@ fn external_pressure(
         now_ext - low >= rise_limit
     };
     // B: what is left does not cover the watched processes' recent growth.
-    let mine_pts: Vec<(f64, f64)> = {
-        let mut v: Vec<(f64, f64)> = mine
-            .iter()
-            .map(|(t, u)| (f64::from_bits(*t), *u as f64))
-            .collect();
-        v.sort_by(|a, b| a.0.total_cmp(&b.0));
-        v
-    };
+    let mine_pts: Vec<(f64, f64)> = mine.iter().map(|&(t, u)| (t, u as f64)).collect();
     let mine_growth = slope_bytes_per_s(&mine_pts).unwrap_or(0.0).max(0.0);
     let need = mine_growth * r.external_horizon.as_secs_f64();
     let headroom = latest.headroom()? as f64;
@@ -615,15 +652,15 @@ fn baseline_time(prev: Option<&Finding>, window_start: f64) -> f64 {
     prev.map_or(window_start, |f| f.since.min(window_start))
 }
 
+/// `open`: whether this process's leak finding is open.
 fn leak_suspected(
     input: &Input<'_>,
     r: &Rules,
     g: &GpuSample,
     p: &ProcSample,
     ph: &ProcHistory,
+    open: bool,
 ) -> Option<Finding> {
-    let fid = id(RuleKind::LeakSuspected, g, Some(p.pid));
-    let open = input.open.contains_key(&fid);
     let latest = ph.latest()?;
     let sustain = r.leak_sustain.as_secs_f64();
     let from = latest.t - sustain;
@@ -652,7 +689,7 @@ fn leak_suspected(
     let c = culprit(p, Some(slope));
     let mut f = base(
         input,
-        fid,
+        id(RuleKind::LeakSuspected, g, Some(p.pid)),
         Severity::Warning,
         Some(g.index),
         format!(
@@ -731,6 +768,39 @@ mod tests {
 
     fn line(n: usize, slope: f64) -> Vec<(f64, f64)> {
         (0..n).map(|i| (i as f64, 1e9 + slope * i as f64)).collect()
+    }
+
+    #[test]
+    fn merge_sum_adds_equal_times_and_keeps_the_others() {
+        let mut out = Vec::new();
+        merge_sum(&[], &[(1.0, 5)], &mut out);
+        assert_eq!(out, vec![(1.0, 5)]);
+        let a = [(1.0, 1), (2.0, 2), (4.0, 4)];
+        let b = [(0.5, 10), (2.0, 20), (3.0, 30), (4.0, 40), (5.0, 50)];
+        merge_sum(&a, &b, &mut out);
+        assert_eq!(
+            out,
+            vec![
+                (0.5, 10),
+                (1.0, 1),
+                (2.0, 22),
+                (3.0, 30),
+                (4.0, 44),
+                (5.0, 50)
+            ]
+        );
+        merge_sum(&b, &a, &mut out);
+        assert_eq!(
+            out,
+            vec![
+                (0.5, 10),
+                (1.0, 1),
+                (2.0, 22),
+                (3.0, 30),
+                (4.0, 44),
+                (5.0, 50)
+            ]
+        );
     }
 
     #[test]

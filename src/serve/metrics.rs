@@ -310,7 +310,7 @@ mod tests {
             proc(5, 1 << 10),
         ];
         Published {
-            latest: Some(Frame {
+            latest: Some(std::sync::Arc::new(Frame {
                 seq: 1,
                 source: std::sync::Arc::new(SourceInfo {
                     kind: SourceKind::Demo,
@@ -329,7 +329,7 @@ mod tests {
                 },
                 published: Instant::now(),
                 interval: Duration::from_secs(1),
-            }),
+            })),
             ..Published::default()
         }
     }

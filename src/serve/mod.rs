@@ -85,7 +85,7 @@ impl Options {
 /// What the daemon loop publishes for the server.
 #[derive(Debug, Default)]
 pub struct Published {
-    pub latest: Option<Frame>,
+    pub latest: Option<Arc<Frame>>,
     /// PIDs the watch set matches in the latest frame.
     pub watched: HashSet<u32>,
     /// The findings open now, most severe first.

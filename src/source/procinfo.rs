@@ -49,14 +49,45 @@ struct Tracked {
     cpu_percent: Option<f32>,
     container: Option<String>,
     ppid: Option<u32>,
+    /// What does not change while the process lives, as `sysinfo` first read it.
+    name: String,
+    command: String,
+    uid: Option<u32>,
+    /// Whether the facts above are all known (a command line and a uid), so that a refresh
+    /// needs only `/proc/PID/stat`; otherwise `sysinfo` reads the process again, which fills
+    /// what was missing.
+    complete: bool,
+}
+
+/// What one [`ProcInfo`] learnt about its PIDs, for another to take over.
+#[derive(Debug, Default)]
+pub struct Handover(HashMap<u32, Tracked>);
+
+impl Handover {
+    /// Adds a later hand-over: its PIDs replace the same PIDs of this one.
+    pub fn merge(&mut self, later: Handover) {
+        self.0.extend(later.0);
+    }
 }
 
 /// Reads host facts about GPU processes. Owned by the sampler thread; every call does work
 /// proportional to the number of PIDs asked, never to the size of the process table.
+///
+/// A process seen for the first time (or whose facts are incomplete) is read through
+/// `sysinfo` (`stat`, `status`, `statm`, `cmdline`); a known one is refreshed from
+/// `/proc/PID/stat` (CPU time, parent, and its start time, which tells a reused PID) and
+/// `/proc/PID/statm` (RSS, as `sysinfo` reads it), half the system calls and without the costly
+/// `status`. `sysinfo` itself reads no more than that on a refresh: it keeps the name, command
+/// line and uid it read first.
 pub struct ProcInfo {
     system: System,
     users: UserNames,
     tracked: HashMap<u32, Tracked>,
+    /// Boot time (unix s), clock ticks per second and page size: what turns `/proc/PID/stat`
+    /// into `sysinfo`'s units.
+    boot_time: u64,
+    ticks_per_s: u64,
+    page_size: u64,
 }
 
 impl std::fmt::Debug for ProcInfo {
@@ -75,6 +106,9 @@ impl ProcInfo {
             system: System::new()?,
             users: UserNames::new()?,
             tracked: HashMap::new(),
+            boot_time: System::boot_time()?,
+            ticks_per_s: rustix::param::clock_ticks_per_second().max(1),
+            page_size: rustix::param::page_size() as u64,
         })
     }
 
@@ -89,35 +123,77 @@ impl ProcInfo {
     /// union of all GPUs' PIDs in one call and copy each entry into every GPU's rows.
     pub fn enrich(&mut self, pids: &[u32]) -> HashMap<u32, HostProc> {
         let asked: HashSet<u32> = pids.iter().copied().collect();
-        let mut list: Vec<Pid> = asked.iter().map(|&p| Pid::from_u32(p)).collect();
-        list.sort_unstable();
+        self.tracked.retain(|pid, _| asked.contains(pid));
+        let now = Instant::now();
+        let mut out = HashMap::with_capacity(asked.len());
+        let mut full = Vec::new();
+        for &pid in &asked {
+            let Some(t) = self.tracked.get_mut(&pid).filter(|t| t.complete) else {
+                full.push(Pid::from_u32(pid));
+                continue;
+            };
+            let Some((stat, rss_pages)) = read_stat(pid).zip(read_statm_rss(pid)) else {
+                self.tracked.remove(&pid);
+                out.insert(pid, HostProc::default());
+                continue;
+            };
+            if stat.start_ticks / self.ticks_per_s + self.boot_time != t.start_time {
+                // The PID was reused by another process: read it in full.
+                full.push(Pid::from_u32(pid));
+                continue;
+            }
+            t.observe_cpu(stat.cpu_ticks * 1000 / self.ticks_per_s, now);
+            t.ppid = stat.ppid;
+            let user = t.uid.map(|u| self.users.name(u));
+            out.insert(
+                pid,
+                HostProc {
+                    visible: true,
+                    name: Some(t.name.clone()),
+                    command: Some(t.command.clone()),
+                    user,
+                    uid: t.uid,
+                    cpu_percent: t.cpu_percent,
+                    rss_bytes: Some(rss_pages * self.page_size),
+                    start_time: Some(t.start_time),
+                    ppid: t.ppid,
+                    container: t.container.clone(),
+                },
+            );
+        }
+        if !full.is_empty() {
+            full.sort_unstable();
+            self.read_full(&full, now, &mut out);
+        }
+        out
+    }
 
+    /// Reads `pids` through `sysinfo`: first sightings, reused PIDs, incomplete facts.
+    fn read_full(&mut self, list: &[Pid], now: Instant, out: &mut HashMap<u32, HostProc>) {
         // `sysinfo` has no way to forget a process it was not asked about; rebuilding the
-        // (unrefreshed) `System` is cheap and keeps it holding exactly the asked PIDs.
+        // (unrefreshed) `System` is cheap and keeps it holding exactly the PIDs of this read.
         if self
             .system
             .processes()
             .keys()
-            .any(|p| !asked.contains(&p.as_u32()))
+            .any(|p| list.binary_search(p).is_err())
             && let Ok(fresh) = System::new()
         {
             self.system = fresh;
         }
-        self.tracked.retain(|pid, _| asked.contains(pid));
 
         self.system.refresh_processes_specifics(
-            ProcessesToUpdate::Some(&list),
+            ProcessesToUpdate::Some(list),
             true,
             ProcessRefreshKind::nothing()
+                .without_tasks()
                 .with_cpu()
                 .with_memory()
                 .with_cmd(UpdateKind::OnlyIfNotSet)
                 .with_user(UpdateKind::OnlyIfNotSet),
         );
-        let now = Instant::now();
 
-        let mut out = HashMap::with_capacity(asked.len());
-        for &pid in &asked {
+        for pid in list.iter().map(|p| p.as_u32()) {
             let Some(proc_) = self.system.process(Pid::from_u32(pid)) else {
                 self.tracked.remove(&pid);
                 out.insert(pid, HostProc::default());
@@ -126,19 +202,15 @@ impl ProcInfo {
             let start_time = proc_.start_time();
             let cpu_ms = proc_.accumulated_cpu_time();
             let ppid = proc_.parent().map(Pid::as_u32);
+            let name = proc_.name().to_string_lossy().into_owned();
+            let cmd = join_cmd(proc_.cmd());
+            let uid = proc_.user_id().map(|u| **u);
 
             let tracked = match self.tracked.get_mut(&pid) {
                 Some(t) if t.start_time == start_time => {
-                    let window = now.saturating_duration_since(t.cpu_at);
-                    if window >= MIN_CPU_WINDOW {
-                        let used = cpu_ms.saturating_sub(t.cpu_ms) as f64;
-                        let pct = used / (window.as_secs_f64() * 1000.0) * 100.0;
-                        t.cpu_percent = Some(pct as f32);
-                        t.cpu_ms = cpu_ms;
-                        t.cpu_at = now;
-                    }
+                    t.observe_cpu(cpu_ms, now);
                     t.ppid = ppid;
-                    t.clone()
+                    t
                 }
                 // First sight, or the PID was reused by another process.
                 _ => {
@@ -149,34 +221,53 @@ impl ProcInfo {
                         cpu_percent: None,
                         container: read_container(pid),
                         ppid,
+                        name: String::new(),
+                        command: String::new(),
+                        uid: None,
+                        complete: false,
                     };
-                    self.tracked.insert(pid, t.clone());
-                    t
+                    self.tracked.entry(pid).insert_entry(t).into_mut()
                 }
             };
-
-            let name = proc_.name().to_string_lossy().into_owned();
-            let command = join_cmd(proc_.cmd()).unwrap_or_else(|| name.clone());
-            let uid = proc_.user_id().map(|u| **u);
+            tracked.complete = cmd.is_some() && uid.is_some();
+            tracked.command = cmd.unwrap_or_else(|| name.clone());
+            tracked.name = name;
+            tracked.uid = uid;
             let user = uid.map(|u| self.users.name(u));
 
             out.insert(
                 pid,
                 HostProc {
                     visible: true,
-                    name: Some(name),
-                    command: Some(command),
+                    name: Some(tracked.name.clone()),
+                    command: Some(tracked.command.clone()),
                     user,
                     uid,
                     cpu_percent: tracked.cpu_percent,
                     rss_bytes: Some(proc_.memory()),
                     start_time: Some(start_time),
                     ppid: tracked.ppid,
-                    container: tracked.container,
+                    container: tracked.container.clone(),
                 },
             );
         }
-        out
+    }
+
+    /// Hands what the last [`enrich`](Self::enrich) call learnt (identity, CPU baseline, the
+    /// facts read in full) to another `ProcInfo`, through [`adopt`](Self::adopt): the sampler
+    /// enriches first-seen PIDs on its fast thread and the host thread then refreshes them
+    /// without reading them in full a second time. Leaves this one empty.
+    pub fn hand_over(&mut self) -> Handover {
+        Handover(std::mem::take(&mut self.tracked))
+    }
+
+    /// Takes over the state of PIDs this one does not track yet (see
+    /// [`hand_over`](Self::hand_over)); what it tracks already wins. The next
+    /// [`enrich`](Self::enrich) still drops whatever it is not asked about.
+    pub fn adopt(&mut self, handover: Handover) {
+        for (pid, t) in handover.0 {
+            self.tracked.entry(pid).or_insert(t);
+        }
     }
 
     /// The parent of `pid`: from the last [`enrich`](Self::enrich) call when it covered `pid`,
@@ -188,14 +279,70 @@ impl ProcInfo {
         }
     }
 
-    /// The PIDs the underlying `sysinfo::System` currently holds, sorted: exactly the PIDs of
-    /// the last [`enrich`](Self::enrich) call that `/proc` showed. For tests and diagnostics
-    /// (proves that no process-table scan happened).
+    /// The PIDs whose state is kept, sorted: exactly the PIDs of the last
+    /// [`enrich`](Self::enrich) call that `/proc` showed. For tests and diagnostics (proves
+    /// that no process-table scan happened).
     pub fn loaded_pids(&self) -> Vec<u32> {
-        let mut v: Vec<u32> = self.system.processes().keys().map(|p| p.as_u32()).collect();
+        let mut v: Vec<u32> = self.tracked.keys().copied().collect();
         v.sort_unstable();
         v
     }
+}
+
+impl Tracked {
+    /// Takes a new reading of the accumulated CPU time: a new CPU % when the window since the
+    /// baseline is long enough, else the baseline (and the last value) stays.
+    fn observe_cpu(&mut self, cpu_ms: u64, now: Instant) {
+        let window = now.saturating_duration_since(self.cpu_at);
+        if window >= MIN_CPU_WINDOW {
+            let used = cpu_ms.saturating_sub(self.cpu_ms) as f64;
+            let pct = used / (window.as_secs_f64() * 1000.0) * 100.0;
+            self.cpu_percent = Some(pct as f32);
+            self.cpu_ms = cpu_ms;
+            self.cpu_at = now;
+        }
+    }
+}
+
+/// What a refresh reads from `/proc/PID/stat`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stat {
+    ppid: Option<u32>,
+    /// utime + stime, clock ticks.
+    cpu_ticks: u64,
+    /// Start time after boot, clock ticks.
+    start_ticks: u64,
+}
+
+fn read_stat(pid: u32) -> Option<Stat> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_stat(&text)
+}
+
+/// Resident pages from `/proc/PID/statm` (its second field), where `sysinfo` reads them: the
+/// `rss` of `/proc/PID/stat` may lag by the kernel's per-CPU counter batches.
+fn read_statm_rss(pid: u32) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/statm")).ok()?;
+    text.split_ascii_whitespace().nth(1)?.parse().ok()
+}
+
+/// Fields of `/proc/PID/stat` (see proc(5)); the command name (field 2) may contain spaces and
+/// parentheses, so the fields after it are counted from the *last* `)`.
+fn parse_stat(text: &str) -> Option<Stat> {
+    let mut fields = text[text.rfind(')')? + 1..].split_ascii_whitespace();
+    let num = |f: Option<&str>| f?.parse::<u64>().ok();
+    // Fields 3 (state) and 4 (ppid)…
+    let ppid = num(fields.nth(1))?;
+    // …14 (utime), 15 (stime)…
+    let utime = num(fields.nth(9))?;
+    let stime = num(fields.next())?;
+    // …22 (starttime).
+    let start_ticks = num(fields.nth(6))?;
+    Some(Stat {
+        ppid: u32::try_from(ppid).ok().filter(|&p| p != 0),
+        cpu_ticks: utime.saturating_add(stime),
+        start_ticks,
+    })
 }
 
 /// Arguments joined by spaces; `None` when the command line is empty (kernel threads,
@@ -669,6 +816,109 @@ mod tests {
         if uid == 0 {
             assert_eq!(name, "root");
         }
+    }
+
+    #[test]
+    fn stat_fields_are_counted_after_the_last_paren() {
+        let stat = "4242 (a) b (c)) S 77 4242 4242 0 -1 4194560 100 0 0 0 11 22 0 0 20 0 1 0 123 456 789 18446744073709551615";
+        assert_eq!(
+            parse_stat(stat),
+            Some(Stat {
+                ppid: Some(77),
+                cpu_ticks: 33,
+                start_ticks: 123,
+            })
+        );
+        let stat = "1 (systemd) S 0 1 1 0 -1 0 0 0 0 0 5 6 0 0 20 0 1 0 9 10 11\n";
+        assert_eq!(
+            parse_stat(stat).map(|s| (s.ppid, s.start_ticks)),
+            Some((None, 9))
+        );
+        assert_eq!(parse_stat("1 (x) S 0 1 1 0"), None);
+        assert_eq!(parse_stat(""), None);
+    }
+
+    #[test]
+    fn refresh_from_stat_agrees_with_sysinfo() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("spawn sleep");
+        let pid = child.id();
+        // Once `sleep` runs (before exec its command line is empty: incomplete facts).
+        for _ in 0..200 {
+            if std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| c.starts_with(b"sleep\0"))
+            {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let mut info = ProcInfo::new().expect("sysinfo supported");
+        let full = info.enrich(&[pid])[&pid].clone();
+        assert!(info.tracked[&pid].complete, "{full:?}");
+        std::thread::sleep(MIN_CPU_WINDOW);
+        // Known and complete: refreshed from /proc/PID/stat alone.
+        let quick = info.enrich(&[pid])[&pid].clone();
+        assert_eq!(quick.start_time, full.start_time);
+        assert_eq!(quick.ppid, full.ppid);
+        assert_eq!((&quick.name, &quick.command), (&full.name, &full.command));
+        assert_eq!((&quick.user, quick.uid), (&full.user, full.uid));
+        assert_eq!(quick.container, full.container);
+        assert!(quick.cpu_percent.is_some());
+        // RSS in the same unit as sysinfo's (read again in full: the first read may have been
+        // before `sleep` finished loading).
+        let fresh = ProcInfo::new().expect("sysinfo").enrich(&[pid])[&pid].clone();
+        let rss = |h: &HostProc| h.rss_bytes.expect("rss");
+        assert!(
+            rss(&quick).abs_diff(rss(&fresh)) <= 16 * 1024,
+            "{quick:?} vs {fresh:?}"
+        );
+        let _ = child.kill();
+        let _ = child.wait();
+        // Gone: not visible, and forgotten.
+        assert_eq!(info.enrich(&[pid])[&pid], HostProc::default());
+        assert!(info.loaded_pids().is_empty());
+    }
+
+    #[test]
+    fn a_handed_over_pid_is_refreshed_not_read_again() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("spawn sleep");
+        let pid = child.id();
+        for _ in 0..200 {
+            if std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| c.starts_with(b"sleep\0"))
+            {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let mut first = ProcInfo::new().expect("sysinfo supported");
+        let seen = first.enrich(&[pid])[&pid].clone();
+        let mut handover = Handover::default();
+        handover.merge(first.hand_over());
+        assert!(first.loaded_pids().is_empty());
+        let mut host = ProcInfo::new().expect("sysinfo supported");
+        host.adopt(handover);
+        std::thread::sleep(MIN_CPU_WINDOW);
+        let refreshed = host.enrich(&[pid])[&pid].clone();
+        // The CPU baseline came along: a second sighting, not a first one.
+        assert!(refreshed.cpu_percent.is_some(), "{refreshed:?}");
+        assert_eq!(
+            (
+                &refreshed.command,
+                refreshed.start_time,
+                &refreshed.container
+            ),
+            (&seen.command, seen.start_time, &seen.container)
+        );
+        // sysinfo was not asked: the refresh came from /proc/PID/stat and statm.
+        assert!(host.system.processes().is_empty());
+        let _ = child.kill();
+        let _ = child.wait();
     }
 
     #[test]

@@ -37,6 +37,7 @@ def main():
     ap.add_argument("--warmup", type=float, default=10)
     ap.add_argument("--gpus", type=int, default=8)
     ap.add_argument("--procs", type=int, default=64)
+    ap.add_argument("--trace", type=float, default=0, help="print CPU and RSS every N seconds")
     a = ap.parse_args()
     subprocess.run(["cargo", "build", "--release", "--quiet", "-p", "gpuwatch", "-p", "fake-nvml"], cwd=ROOT, check=True)
     binary = os.path.join(TARGET, "release", "gpuwatch")
@@ -61,8 +62,15 @@ def main():
             time.sleep(a.warmup)
             t0, c0 = time.monotonic(), cpu_ticks(daemon.pid)
             peak = 0
+            last_trace, last_ticks = t0, c0
             while time.monotonic() - t0 < a.window:
                 peak = max(peak, rss_kib(daemon.pid))
+                now = time.monotonic()
+                if a.trace and now - last_trace >= a.trace:
+                    ticks = cpu_ticks(daemon.pid)
+                    print(f"  +{now - t0:4.0f} s  CPU {(ticks - last_ticks) / CLK_TCK / (now - last_trace) * 100:.2f} %"
+                          f"  RSS {rss_kib(daemon.pid) / 1024:.1f} MiB", flush=True)
+                    last_trace, last_ticks = now, ticks
                 time.sleep(1)
             t1, c1 = time.monotonic(), cpu_ticks(daemon.pid)
             cpu = (c1 - c0) / CLK_TCK / (t1 - t0) * 100

@@ -327,7 +327,7 @@ fn start(
             interval: interval.unwrap_or(config.sampling.interval),
             slow_interval: config.sampling.slow_interval,
             host_interval: if headless {
-                config.sampling.slow_interval
+                config.sampling.slow_interval.max(HEADLESS_HOST_INTERVAL)
             } else {
                 interval.unwrap_or(config.sampling.interval)
             },
@@ -335,6 +335,12 @@ fn start(
     )
     .map_err(|e| Failure::runtime(format!("cannot start the sampler thread: {e}")))
 }
+
+/// How often a headless daemon refreshes the CPU % and RSS of processes it already knows.
+/// Nothing it exports to Prometheus or feeds the detector uses them (only the JSON snapshot and
+/// the event stream show them), and `/proc` reads are the daemon's largest cost at this scale;
+/// a new PID is still read in full at once.
+const HEADLESS_HOST_INTERVAL: Duration = Duration::from_secs(30);
 
 fn first_frame(
     rt: &tokio::runtime::Runtime,
@@ -553,7 +559,6 @@ fn tui(g: &GlobalArgs, config: &Config, args: &crate::cli::TuiArgs) -> Result<u8
     }
     dashboard(g, config)
 }
-
 
 /// `tui --connect URL`: a remote daemon's GPUs in the full dashboard (or, when the output is
 /// not a terminal, its snapshot table once).

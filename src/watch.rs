@@ -234,11 +234,20 @@ impl WatchSet {
         sample: &crate::model::Sample,
         parent_of: &dyn Fn(u32) -> Option<u32>,
     ) -> std::collections::HashSet<u32> {
+        // The processes of one job share their ancestors (every rank walks up through the same
+        // launcher and shell): each PID's parent is read once per sample, not once per walk.
+        let known = std::cell::RefCell::new(std::collections::HashMap::new());
+        let cached = |pid: u32| {
+            *known
+                .borrow_mut()
+                .entry(pid)
+                .or_insert_with(|| parent_of(pid))
+        };
         sample
             .gpus
             .iter()
             .flat_map(|g| &g.processes)
-            .filter(|p| self.matches(&p.host, p.pid, parent_of))
+            .filter(|p| self.matches(&p.host, p.pid, &cached))
             .map(|p| p.pid)
             .collect()
     }
@@ -484,6 +493,48 @@ mod tests {
             mine.into_iter().collect::<Vec<_>>(),
             vec![20],
             "the child of pid 10 only"
+        );
+    }
+
+    #[test]
+    fn pids_in_reads_each_ancestor_once_per_sample() {
+        use crate::model::{GpuSample, ProcKind, ProcSample, Sample};
+        // shell 10 → launcher 11 → ranks 100..108 on two GPUs; the spec names the shell.
+        let proc = |pid| ProcSample {
+            pid,
+            kind: ProcKind::Compute,
+            used_bytes: Some(1),
+            sm_percent: None,
+            mem_percent: None,
+            gpu_instance: None,
+            compute_instance: None,
+            host: host("bob", "python", None, Some(11)),
+        };
+        let mut a = GpuSample::empty(0, "GPU-a".into());
+        a.processes = (100..104).map(proc).collect();
+        let mut b = GpuSample::empty(1, "GPU-b".into());
+        b.processes = (104..108).map(proc).collect();
+        let sample = Sample {
+            taken_at: 0.0,
+            gpus: vec![a, b],
+            errors: vec![],
+            collect_seconds: 0.0,
+        };
+        let reads = std::cell::RefCell::new(Vec::new());
+        let parent_of = |pid: u32| {
+            reads.borrow_mut().push(pid);
+            match pid {
+                11 => Some(10),
+                10 => Some(1),
+                _ => None,
+            }
+        };
+        let set = WatchSet::new(vec![WatchSpec::Pid(10)], None);
+        assert_eq!(set.pids_in(&sample, &parent_of).len(), 8);
+        assert_eq!(
+            *reads.borrow(),
+            vec![11],
+            "the launcher's parent, read once for 8 ranks"
         );
     }
 }

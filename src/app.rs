@@ -617,16 +617,7 @@ fn remote_table(config: &Config, remote: &crate::remote::Remote, watch: &WatchSe
             humantime::format_duration(config.sampling.hang_timeout)
         )));
     };
-    let parent = |pid: u32| {
-        frame
-            .sample
-            .gpus
-            .iter()
-            .flat_map(|g| &g.processes)
-            .find(|p| p.pid == pid)
-            .and_then(|p| p.host.ppid)
-    };
-    let mine = watch.pids_in(&frame.sample, &parent);
+    let mine = watch.pids_in(&frame.sample, &|pid| frame.sample.reported_ppid(pid));
     let watched = |p: &ProcSample| mine.contains(&p.pid);
     print!(
         "{}",

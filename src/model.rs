@@ -290,6 +290,16 @@ impl Sample {
         !self.errors.is_empty() || self.gpus.iter().any(|g| !g.errors.is_empty() || g.lost)
     }
 
+    /// The parent of a process in this sample, as its host reported it (for a remote host,
+    /// whose PIDs this host's `/proc` knows nothing about).
+    pub fn reported_ppid(&self, pid: u32) -> Option<u32> {
+        self.gpus
+            .iter()
+            .flat_map(|g| &g.processes)
+            .find(|p| p.pid == pid)
+            .and_then(|p| p.host.ppid)
+    }
+
     /// `taken_at` as a `SystemTime`.
     pub fn taken_at_system(&self) -> SystemTime {
         SystemTime::UNIX_EPOCH + Duration::from_secs_f64(self.taken_at.max(0.0))

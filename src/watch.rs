@@ -466,27 +466,41 @@ mod tests {
         assert_eq!(set.to_string(), "pid:5, cmd:train");
     }
 
-    #[test]
-    fn pids_in_decides_once_per_sample_with_descendants() {
-        use crate::model::{GpuSample, ProcKind, ProcSample, Sample};
-        let proc = |pid, ppid| ProcSample {
+    /// A process on a GPU, with its parent as the host reported it.
+    fn gpu_proc(pid: u32, parent: Option<u32>) -> crate::model::ProcSample {
+        crate::model::ProcSample {
             pid,
-            kind: ProcKind::Compute,
+            kind: crate::model::ProcKind::Compute,
             used_bytes: Some(1),
             sm_percent: None,
             mem_percent: None,
             gpu_instance: None,
             compute_instance: None,
-            host: host("bob", "python", None, ppid),
-        };
-        let mut g = GpuSample::empty(0, "GPU-x".into());
-        g.processes = vec![proc(20, Some(10)), proc(30, Some(1))];
-        let sample = Sample {
+            host: host("bob", "python", None, parent),
+        }
+    }
+
+    /// A sample of these GPUs' process lists.
+    fn sample_of(gpus: Vec<Vec<crate::model::ProcSample>>) -> crate::model::Sample {
+        crate::model::Sample {
             taken_at: 0.0,
-            gpus: vec![g],
+            gpus: gpus
+                .into_iter()
+                .enumerate()
+                .map(|(i, processes)| {
+                    let mut g = crate::model::GpuSample::empty(i as u32, format!("GPU-{i}"));
+                    g.processes = processes;
+                    g
+                })
+                .collect(),
             errors: vec![],
             collect_seconds: 0.0,
-        };
+        }
+    }
+
+    #[test]
+    fn pids_in_decides_once_per_sample_with_descendants() {
+        let sample = sample_of(vec![vec![gpu_proc(20, Some(10)), gpu_proc(30, Some(1))]]);
         let set = WatchSet::new(vec![WatchSpec::Pid(10)], None);
         let mine = set.pids_in(&sample, &|_| None);
         assert_eq!(
@@ -498,28 +512,9 @@ mod tests {
 
     #[test]
     fn pids_in_reads_each_ancestor_once_per_sample() {
-        use crate::model::{GpuSample, ProcKind, ProcSample, Sample};
         // shell 10 → launcher 11 → ranks 100..108 on two GPUs; the spec names the shell.
-        let proc = |pid| ProcSample {
-            pid,
-            kind: ProcKind::Compute,
-            used_bytes: Some(1),
-            sm_percent: None,
-            mem_percent: None,
-            gpu_instance: None,
-            compute_instance: None,
-            host: host("bob", "python", None, Some(11)),
-        };
-        let mut a = GpuSample::empty(0, "GPU-a".into());
-        a.processes = (100..104).map(proc).collect();
-        let mut b = GpuSample::empty(1, "GPU-b".into());
-        b.processes = (104..108).map(proc).collect();
-        let sample = Sample {
-            taken_at: 0.0,
-            gpus: vec![a, b],
-            errors: vec![],
-            collect_seconds: 0.0,
-        };
+        let ranks = |r: std::ops::Range<u32>| r.map(|pid| gpu_proc(pid, Some(11))).collect();
+        let sample = sample_of(vec![ranks(100..104), ranks(104..108)]);
         let reads = std::cell::RefCell::new(Vec::new());
         let parent_of = |pid: u32| {
             reads.borrow_mut().push(pid);

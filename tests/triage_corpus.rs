@@ -60,19 +60,7 @@ fn known(name: &str) -> (KnownFailure, String) {
 }
 
 fn facts(framework: Framework) -> OomFacts {
-    OomFacts {
-        framework,
-        gpu: None,
-        requested: None,
-        total: None,
-        free: None,
-        allocated: None,
-        reserved: None,
-        reserved_unallocated: None,
-        process_total: None,
-        processes: vec![],
-        allowed: None,
-    }
+    OomFacts::empty(framework)
 }
 
 fn dev(devices: &[&str], argument: Option<&str>, operator: Option<&str>) -> DeviceFacts {

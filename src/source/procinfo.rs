@@ -838,14 +838,14 @@ mod tests {
         assert_eq!(parse_stat(""), None);
     }
 
-    #[test]
-    fn refresh_from_stat_agrees_with_sysinfo() {
-        let mut child = std::process::Command::new("sleep")
+    /// A `sleep 30` child, once it runs `sleep` (before exec its command line is empty, and
+    /// its facts are incomplete).
+    fn running_sleep() -> (std::process::Child, u32) {
+        let child = std::process::Command::new("sleep")
             .arg("30")
             .spawn()
             .expect("spawn sleep");
         let pid = child.id();
-        // Once `sleep` runs (before exec its command line is empty: incomplete facts).
         for _ in 0..200 {
             if std::fs::read(format!("/proc/{pid}/cmdline"))
                 .is_ok_and(|c| c.starts_with(b"sleep\0"))
@@ -854,6 +854,12 @@ mod tests {
             }
             std::thread::sleep(Duration::from_millis(10));
         }
+        (child, pid)
+    }
+
+    #[test]
+    fn refresh_from_stat_agrees_with_sysinfo() {
+        let (mut child, pid) = running_sleep();
         let mut info = ProcInfo::new().expect("sysinfo supported");
         let full = info.enrich(&[pid])[&pid].clone();
         assert!(info.tracked[&pid].complete, "{full:?}");
@@ -883,19 +889,7 @@ mod tests {
 
     #[test]
     fn a_handed_over_pid_is_refreshed_not_read_again() {
-        let mut child = std::process::Command::new("sleep")
-            .arg("30")
-            .spawn()
-            .expect("spawn sleep");
-        let pid = child.id();
-        for _ in 0..200 {
-            if std::fs::read(format!("/proc/{pid}/cmdline"))
-                .is_ok_and(|c| c.starts_with(b"sleep\0"))
-            {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        let (mut child, pid) = running_sleep();
         let mut first = ProcInfo::new().expect("sysinfo supported");
         let seen = first.enrich(&[pid])[&pid].clone();
         let mut handover = Handover::default();
@@ -923,11 +917,7 @@ mod tests {
 
     #[test]
     fn pid_reuse_drops_cached_state() {
-        let mut child = std::process::Command::new("sleep")
-            .arg("30")
-            .spawn()
-            .expect("spawn sleep");
-        let pid = child.id();
+        let (mut child, pid) = running_sleep();
         let mut info = ProcInfo::new().expect("sysinfo supported");
         info.enrich(&[pid]);
         std::thread::sleep(MIN_CPU_WINDOW);

@@ -171,7 +171,8 @@ pub struct OomFacts {
 }
 
 impl OomFacts {
-    pub(crate) fn empty(framework: Framework) -> Self {
+    /// Facts with only the framework known.
+    pub fn empty(framework: Framework) -> Self {
         Self {
             framework,
             gpu: None,

@@ -301,14 +301,7 @@ impl UiState {
     /// The configured watch set or a process or user marked with `w`/`W`.
     fn watched_pids(&self, sample: &crate::model::Sample) -> std::collections::HashSet<u32> {
         // A remote host's parents come from its own report, not from this host's `/proc`.
-        let remote_parent = |pid: u32| {
-            sample
-                .gpus
-                .iter()
-                .flat_map(|g| &g.processes)
-                .find(|p| p.pid == pid)
-                .and_then(|p| p.host.ppid)
-        };
+        let remote_parent = |pid: u32| sample.reported_ppid(pid);
         let remote = self.link.is_some();
         let parent_of: &dyn Fn(u32) -> Option<u32> = if remote {
             &remote_parent

@@ -119,7 +119,8 @@ async fn pipeline(
     let mut sigterm = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
     let mut sigint = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
     let mut frames = sampler.frames();
-    let mut history = History::new(config.history.window);
+    // Compact: the daemon's memory is mostly this history (8 GPUs × 64 processes × 10 min).
+    let mut history = crate::detect::compact_history(config.history.window, &config.detect);
     let mut detector = Detector::new(config.detect.clone());
     let interval = config.sampling.interval;
     // Staleness is judged on a tick, since a stuck source sends no frame to judge it by.

@@ -24,6 +24,15 @@
 //!   [`History::process_for`]).
 //! - **Peaks** ([`ProcHistory::peak_used`], [`GpuHistory::peak_used`]) are kept since first
 //!   seen, not limited to the window.
+//! - **Process detail.** By default every process point of the window is kept. A history made
+//!   [`History::with_process_detail`]`(recent, step)` keeps full resolution only for the last
+//!   `recent` of each process; older points are merged into one point per `step` (aligned to
+//!   multiples of `step` in unix time) that keeps the bucket's maxima and its latest time. The
+//!   daemon uses this: at 8 GPUs × 64 processes a 10-minute window at 1 Hz is 307 200 points,
+//!   and its rules read full resolution only over the last minute or so. GPU series are never
+//!   thinned.
+//! - **Idle time** ([`ProcHistory::idle_since`]) is tracked as samples arrive, not read back
+//!   from the points, so it is exact whatever the window and the detail.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::ops::Bound;
@@ -120,16 +129,40 @@ impl Timed for ProcPoint {
     }
 }
 
-fn push_bounded<P: Timed>(series: &mut VecDeque<P>, point: P, cap: usize) {
+/// Appends `point`, dropping the oldest points beyond `cap`; returns how many were dropped.
+///
+/// A full buffer grows by a quarter (at least 8 points), not by doubling: a daemon holds
+/// hundreds of series that all reach the same steady length, and doubling would leave up to
+/// half of each unused.
+fn push_bounded<P: Timed>(series: &mut VecDeque<P>, point: P, cap: usize) -> usize {
+    let mut dropped = 0;
     while series.len() >= cap {
         series.pop_front();
+        dropped += 1;
+    }
+    if series.len() == series.capacity() {
+        series.reserve_exact((series.len() / 4).clamp(8, cap));
     }
     series.push_back(point);
+    dropped
 }
 
-fn prune<P: Timed>(series: &mut VecDeque<P>, cutoff: f64) {
+/// Drops the points before `cutoff`; returns how many.
+fn prune<P: Timed>(series: &mut VecDeque<P>, cutoff: f64) -> usize {
+    let mut dropped = 0;
     while series.front().is_some_and(|p| p.t() < cutoff) {
         series.pop_front();
+        dropped += 1;
+    }
+    dropped
+}
+
+/// The larger of two optional values; an unknown one does not hide a known one.
+fn max_known<T: PartialOrd>(a: Option<T>, b: Option<T>) -> Option<T> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(if y > x { y } else { x }),
+        (x, None) => x,
+        (None, y) => y,
     }
 }
 
@@ -155,38 +188,69 @@ fn growth<P: Timed>(
 ) -> Option<f64> {
     let last = series.back()?.t();
     let over = over.as_secs_f64();
-    let cutoff = last - over;
-    let start = series.partition_point(|p| p.t() < cutoff);
-    let len = series.len() - start;
-    let anchors = len.min(SLOPE_MAX_POINTS);
-    let available = |i: &usize| value(&series[*i]).is_some();
     let mut picked = [(0.0f64, 0.0f64); SLOPE_MAX_POINTS];
-    let mut count = 0;
-    // Indices below `floor` are taken or skipped.
-    let mut floor = start;
-    for a in 0..anchors {
-        let anchor = start + (a * (len - 1) + (anchors - 1) / 2) / (anchors - 1).max(1);
-        let index = if a + 1 == anchors {
-            (floor..=anchor).rev().find(available)
-        } else {
-            let next = start + ((a + 1) * (len - 1) + (anchors - 1) / 2) / (anchors - 1);
-            (anchor.max(floor)..next).find(available)
-        };
-        if let Some(i) = index {
-            let p = &series[i];
-            if let Some(v) = value(p) {
-                picked[count] = (p.t(), v as f64);
-                count += 1;
-            }
-            floor = i + 1;
-        }
-    }
+    let count = pick(series, last - over, &mut picked, value);
     let points = &picked[..count];
     let (first, latest) = (points.first()?, points.last()?);
     if points.len() < 3 || latest.0 - first.0 < over / 3.0 {
         return None;
     }
     slope_bytes_per_s(points)
+}
+
+/// Fills `out` with up to `out.len()` points `(t, value)` of the series from `from` on, spread
+/// evenly **in time** (a thinned process series is sparse in its older part, so spreading by
+/// index would crowd the picks into the recent part): anchors evenly spaced from the first
+/// point at or after `from` to the last point, each moved to the first point with a value
+/// before the next anchor (the last one: the latest point with a value). Returns how many.
+/// Each anchor costs a binary search, not a walk of the window.
+fn pick<P: Timed>(
+    series: &VecDeque<P>,
+    from: f64,
+    out: &mut [(f64, f64)],
+    value: impl Fn(&P) -> Option<u64>,
+) -> usize {
+    let Some(last) = series.back().map(Timed::t) else {
+        return 0;
+    };
+    let start = series.partition_point(|p| p.t() < from);
+    let len = series.len() - start;
+    if len == 0 {
+        return 0;
+    }
+    let first = series[start].t();
+    let anchors = len.min(out.len());
+    let index_at = |a: usize| {
+        if a == 0 {
+            return start;
+        }
+        let at = first + (last - first) * a as f64 / (anchors - 1) as f64;
+        series.partition_point(|p| p.t() < at).max(start)
+    };
+    let available = |i: &usize| value(&series[*i]).is_some();
+    let mut count = 0;
+    // Indices below `floor` are taken or skipped.
+    let mut floor = start;
+    let mut anchor = start;
+    for a in 0..anchors {
+        let index = if a + 1 == anchors {
+            (floor..series.len()).rev().find(available)
+        } else {
+            let next = index_at(a + 1);
+            let found = (anchor.max(floor)..next).find(available);
+            anchor = next;
+            found
+        };
+        if let Some(i) = index {
+            let p = &series[i];
+            if let Some(v) = value(p) {
+                out[count] = (p.t(), v as f64);
+                count += 1;
+            }
+            floor = i + 1;
+        }
+    }
+    count
 }
 
 /// The history of one GPU.
@@ -297,8 +361,12 @@ impl GpuHistory {
 pub struct ProcHistory {
     first_seen: f64,
     last_seen: f64,
+    /// `points[..coarse]` are merged buckets (see [`History::with_process_detail`]), the rest
+    /// full resolution.
     points: VecDeque<ProcPoint>,
+    coarse: usize,
     peak_used: Option<(u64, f64)>,
+    idle_since: Option<f64>,
 }
 
 impl ProcHistory {
@@ -307,8 +375,40 @@ impl ProcHistory {
             first_seen: t,
             last_seen: t,
             points: VecDeque::new(),
+            coarse: 0,
             peak_used: None,
+            idle_since: None,
         }
+    }
+
+    /// Since when every SM reading of this process has been 0 (unix seconds): the time of the
+    /// first reading of the current run of zeros. `None` while the latest reading is above 0
+    /// or unknown (an unknown reading proves nothing). Kept as samples arrive, so it is not
+    /// limited to the window.
+    pub fn idle_since(&self) -> Option<f64> {
+        self.idle_since
+    }
+
+    /// The first point at or after `from` whose memory is known, `(t, used bytes)`.
+    pub fn first_used_from(&self, from: f64) -> Option<(f64, u64)> {
+        let start = self.points.partition_point(|p| p.t < from);
+        self.points
+            .range(start..)
+            .find_map(|p| Some((p.t, p.used?)))
+    }
+
+    /// Up to `k` points `(t, used bytes)` of `[from, latest]`, spread evenly in time (so a
+    /// thinned series is sampled like a uniform one), each a point whose memory is known.
+    pub fn used_picked(&self, from: f64, k: usize) -> Vec<(f64, f64)> {
+        let mut out = vec![(0.0, 0.0); k];
+        let n = pick(&self.points, from, &mut out, |p| p.used);
+        out.truncate(n);
+        out
+    }
+
+    /// How many of the oldest points are merged buckets rather than single samples.
+    pub fn coarse_points(&self) -> usize {
+        self.coarse
     }
 
     /// When this process was first seen on this GPU (unix seconds).
@@ -337,13 +437,19 @@ impl ProcHistory {
     /// Appends the point of sample row `p` taken at `t`, keeping at most `cap` points. A second
     /// row at the same time (the same PID listed twice in one GPU's sample) is ignored: the
     /// first wins.
-    fn record(&mut self, t: f64, p: &ProcSample, cap: usize) {
+    fn record(&mut self, t: f64, p: &ProcSample, cap: usize, detail: Option<ProcessDetail>) {
         if self.points.back().is_some_and(|last| last.t >= t) {
             return;
         }
         self.last_seen = t;
         raise_peak(&mut self.peak_used, p.used_bytes, t);
-        push_bounded(
+        match p.sm_percent {
+            Some(sm) if sm <= 0.0 => {
+                self.idle_since.get_or_insert(t);
+            }
+            _ => self.idle_since = None,
+        }
+        let dropped = push_bounded(
             &mut self.points,
             ProcPoint {
                 t,
@@ -352,6 +458,30 @@ impl ProcHistory {
             },
             cap,
         );
+        self.coarse = self.coarse.saturating_sub(dropped);
+        if let Some(d) = detail {
+            self.thin(t - d.recent.as_secs_f64(), d.step.as_secs_f64());
+        }
+    }
+
+    /// Moves the full-resolution points older than `before` into buckets of `step` seconds:
+    /// a point joins the bucket before it when both lie in the same multiple of `step` (the
+    /// bucket keeps the maxima and the later time), else it starts a bucket. The newest point
+    /// is never merged.
+    fn thin(&mut self, before: f64, step: f64) {
+        let bucket = |t: f64| (t / step).floor() as i64;
+        while self.coarse + 1 < self.points.len() && self.points[self.coarse].t < before {
+            let p = self.points[self.coarse];
+            match self.coarse.checked_sub(1).map(|i| &mut self.points[i]) {
+                Some(b) if bucket(b.t) == bucket(p.t) => {
+                    b.t = p.t;
+                    b.used = max_known(b.used, p.used);
+                    b.sm = max_known(b.sm, p.sm);
+                    self.points.remove(self.coarse);
+                }
+                _ => self.coarse += 1,
+            }
+        }
     }
 
     pub fn used_series(&self) -> impl DoubleEndedIterator<Item = (f64, u64)> + Clone + '_ {
@@ -389,11 +519,22 @@ pub enum PushOutcome {
     Reset,
 }
 
+/// How much of each process series is kept at full resolution: see
+/// [`History::with_process_detail`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ProcessDetail {
+    /// Full resolution for this long before each process's latest point.
+    pub recent: Duration,
+    /// Older points: one per this much time.
+    pub step: Duration,
+}
+
 /// Per-GPU and per-process series over a sliding window. See the module docs for the rules.
 #[derive(Debug, Clone)]
 pub struct History {
     window: Duration,
     max_points: usize,
+    detail: Option<ProcessDetail>,
     last_t: Option<f64>,
     gpus: BTreeMap<String, GpuHistory>,
     procs: BTreeMap<ProcKey, ProcHistory>,
@@ -407,10 +548,25 @@ impl History {
         Self {
             window,
             max_points,
+            detail: None,
             last_t: None,
             gpus: BTreeMap::new(),
             procs: BTreeMap::new(),
         }
+    }
+
+    /// Keeps each process's points at full resolution only for the last `recent`; older ones
+    /// are merged into one point per `step` (maxima kept). Peaks, first/last seen and
+    /// [`ProcHistory::idle_since`] are unaffected. A zero `step` keeps full resolution.
+    #[must_use]
+    pub fn with_process_detail(mut self, recent: Duration, step: Duration) -> Self {
+        self.detail = (!step.is_zero()).then_some(ProcessDetail { recent, step });
+        self
+    }
+
+    /// The process detail set by [`History::with_process_detail`]; `None`: full resolution.
+    pub fn process_detail(&self) -> Option<ProcessDetail> {
+        self.detail
     }
 
     /// How much data is kept.
@@ -467,6 +623,7 @@ impl History {
 
     fn push_gpu(&mut self, t: f64, g: &GpuSample, previous: Option<f64>) {
         let cap = self.max_points;
+        let detail = self.detail;
         let gh = self
             .gpus
             .entry(g.uuid.clone())
@@ -483,14 +640,14 @@ impl History {
             if key.start_time.is_some()
                 && let Some(ph) = self.procs.get_mut(&key)
             {
-                ph.record(t, p, cap);
+                ph.record(t, p, cap, detail);
                 continue;
             }
             let key = self.key_for_push(&g.uuid, p, previous);
             self.procs
                 .entry(key)
                 .or_insert_with(|| ProcHistory::new(t))
-                .record(t, p, cap);
+                .record(t, p, cap, detail);
         }
     }
 
@@ -556,7 +713,8 @@ impl History {
             g.last_seen >= cutoff
         });
         self.procs.retain(|_, p| {
-            prune(&mut p.points, cutoff);
+            let dropped = prune(&mut p.points, cutoff);
+            p.coarse = p.coarse.saturating_sub(dropped);
             p.last_seen >= cutoff
         });
     }
@@ -956,6 +1114,149 @@ mod tests {
         assert_eq!(h.gpu("GPU-a").expect("gpu").points().len(), 200);
         assert_eq!(h.process(&key(1, None)).expect("proc").points().len(), 200);
         assert!(h.memory_bytes() > 200 * std::mem::size_of::<GpuPoint>());
+    }
+
+    fn proc_sm(pid: u32, used: Option<u64>, sm: Option<f32>) -> ProcSample {
+        ProcSample {
+            sm_percent: sm,
+            ..proc(pid, Some(5), used)
+        }
+    }
+
+    #[test]
+    #[allow(clippy::float_cmp)] // times are whole seconds, exact by construction
+    fn process_detail_merges_old_points_into_buckets_keeping_maxima() {
+        let window = Duration::from_mins(10);
+        let mut full = History::new(window);
+        let mut compact = History::new(window)
+            .with_process_detail(Duration::from_mins(1), Duration::from_secs(10));
+        // 15 minutes at 1 Hz: a 1 MiB/s ramp with a 1 GiB spike at 400 s and SM busy only at
+        // 405 s; from 1000 s on the process is not reported (`None`) every other second.
+        for t in 0..900u32 {
+            let spike = if t == 400 { GIB } else { 0 };
+            let used = (t < 850 || t % 2 == 0).then_some(u64::from(t) * MIB + spike);
+            let sm = Some(if t == 405 { 70.0 } else { 0.0 });
+            let s = sample(
+                f64::from(t),
+                vec![gpu("GPU-a", Some(GIB), vec![proc_sm(1, used, sm)])],
+            );
+            full.push(&s);
+            compact.push(&s);
+        }
+        let f = full.process(&key(1, Some(5))).expect("full");
+        let c = compact.process(&key(1, Some(5))).expect("compact");
+        assert_eq!(
+            f.points().len(),
+            601,
+            "the full history keeps every second of the window"
+        );
+        assert_eq!(f.coarse_points(), 0);
+        // The last minute point by point: 839.0 ..= 899.0.
+        let fine: Vec<f64> = c.points().skip(c.coarse_points()).map(|p| p.t).collect();
+        assert_eq!(fine.len(), 61);
+        assert!(
+            fine.iter().zip(839u32..).all(|(&t, s)| t == f64::from(s)),
+            "{fine:?}"
+        );
+        // Before that, one point per 10 s bucket ([290, 300), … [830, 839)), each at its
+        // latest time (so the bucket that straddles the window's start is kept while its
+        // latest point is inside) and with its largest memory and SM.
+        let coarse: Vec<ProcPoint> = c.points().take(c.coarse_points()).copied().collect();
+        assert_eq!(
+            coarse.len(),
+            55,
+            "{:?}",
+            coarse.iter().map(|p| p.t).collect::<Vec<_>>()
+        );
+        assert_eq!(coarse[0].t, 299.0);
+        assert_eq!(coarse[54].t, 838.0);
+        for p in &coarse {
+            let bucket = (p.t / 10.0).floor() * 10.0;
+            assert!(p.t == bucket + 9.0 || p.t == 838.0, "{}", p.t);
+            let expect = if bucket == 400.0 {
+                400 * MIB + GIB
+            } else {
+                p.t as u64 * MIB
+            };
+            assert_eq!(p.used, Some(expect), "bucket {bucket}");
+            assert_eq!(p.sm, Some(if bucket == 400.0 { 70.0 } else { 0.0 }));
+        }
+        // Unknown memory in the fine part stays unknown; in a bucket it does not hide a value.
+        assert!(c.points().skip(c.coarse_points()).any(|p| p.used.is_none()));
+        assert!(coarse.iter().all(|p| p.used.is_some()));
+        // What does not depend on the points is the same.
+        assert_eq!(c.peak_used(), f.peak_used());
+        assert_eq!(c.idle_since(), f.idle_since());
+        assert_eq!(c.idle_since(), Some(406.0));
+        assert_eq!(c.first_seen(), f.first_seen());
+        // Growth and picks over the whole window agree with the full history.
+        let (gf, gc) = (
+            f.growth_bytes_per_s(window).expect("full"),
+            c.growth_bytes_per_s(window).expect("compact"),
+        );
+        assert!(close(gf, MIB as f64, 0.01 * MIB as f64), "{gf}");
+        assert!(close(gc, MIB as f64, 0.01 * MIB as f64), "{gc}");
+        let picked = c.used_picked(899.0 - 300.0, 40);
+        assert!(picked.len() >= 25, "{}", picked.len());
+        let gaps: Vec<f64> = picked.windows(2).map(|w| w[1].0 - w[0].0).collect();
+        assert!(
+            gaps.iter().all(|&g| g <= 20.0),
+            "spread in time, not crowded into the recent part: {gaps:?}"
+        );
+        assert_eq!(c.first_used_from(599.0), Some((599.0, 599 * MIB)));
+        assert_eq!(c.first_used_from(850.5), Some((852.0, 852 * MIB)));
+        // 116 points held instead of 601 (the GPU series, the same in both, is not thinned).
+        assert!(
+            full.memory_bytes() - compact.memory_bytes() >= 450 * std::mem::size_of::<ProcPoint>(),
+            "{} vs {}",
+            compact.memory_bytes(),
+            full.memory_bytes()
+        );
+    }
+
+    #[test]
+    fn idle_since_is_the_start_of_the_current_run_of_zero_readings() {
+        let mut h = History::new(Duration::from_secs(20));
+        let readings = [Some(50.0), Some(0.0), Some(0.0), None, Some(0.0), Some(0.0)];
+        let mut seen = Vec::new();
+        for (t, sm) in readings.into_iter().enumerate() {
+            h.push(&sample(
+                t as f64,
+                vec![gpu("GPU-a", None, vec![proc_sm(1, Some(GIB), sm)])],
+            ));
+            seen.push(h.process(&key(1, Some(5))).expect("proc").idle_since());
+        }
+        // Busy: none. Zeros from 1. Unknown at 3 proves nothing: the count restarts at 4.
+        assert_eq!(
+            seen,
+            vec![None, Some(1.0), Some(1.0), None, Some(4.0), Some(4.0)]
+        );
+        // Kept beyond the window: 100 more seconds of zeros.
+        for t in 6..106u32 {
+            h.push(&sample(
+                f64::from(t),
+                vec![gpu("GPU-a", None, vec![proc_sm(1, Some(GIB), Some(0.0))])],
+            ));
+        }
+        let p = h.process(&key(1, Some(5))).expect("proc");
+        assert_eq!(p.idle_since(), Some(4.0));
+        assert!(p.points().all(|pt| pt.t >= 85.0));
+    }
+
+    #[test]
+    fn series_grow_by_a_quarter_not_by_doubling() {
+        // 64 processes, 10 minutes at 1 Hz: 601 points each. Doubling would reserve 1024.
+        let mut h = History::new(Duration::from_mins(10));
+        for t in 0..=600u32 {
+            let procs = (0..64).map(|pid| proc(pid, Some(5), Some(GIB))).collect();
+            h.push(&sample(f64::from(t), vec![gpu("GPU-a", Some(GIB), procs)]));
+        }
+        let points = 65 * 601 * std::mem::size_of::<ProcPoint>();
+        let bytes = h.memory_bytes();
+        assert!(
+            bytes < points * 13 / 10,
+            "{bytes} bytes for {points} bytes of points"
+        );
     }
 
     #[test]

@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use gpuwatch::detect::{Detector, Finding, FindingEvent, RuleKind, Rules};
+use gpuwatch::detect::{Detector, Finding, FindingEvent, FindingId, RuleKind, Rules};
 use gpuwatch::history::History;
 use gpuwatch::model::ProcSample;
 use gpuwatch::source::scripted::ScriptedSource;
@@ -40,10 +40,45 @@ impl Run {
     }
 }
 
+/// Runs the scenario twice: over a full history (the dashboard's) and over the daemon's
+/// compact one, whose process points older than [`Rules::process_detail`] are merged into
+/// 10-second buckets. The two must open and resolve the same findings at the same moments;
+/// the compact run is returned.
 fn run(scenario: &str, seconds: u32) -> Run {
+    run_with(
+        scenario,
+        seconds,
+        Duration::from_mins(15),
+        &Rules::default(),
+    )
+}
+
+fn run_with(scenario: &str, seconds: u32, window: Duration, rules: &Rules) -> Run {
+    let full = run_on(scenario, seconds, History::new(window), rules);
+    let compact = run_on(
+        scenario,
+        seconds,
+        gpuwatch::detect::compact_history(window, rules),
+        rules,
+    );
+    let transitions = |r: &Run| -> Vec<(f64, &'static str, FindingId)> {
+        r.events
+            .iter()
+            .filter(|(_, e)| !matches!(e, FindingEvent::Updated(_)))
+            .map(|(t, e)| (*t, e.kind(), e.finding().id.clone()))
+            .collect()
+    };
+    assert_eq!(
+        transitions(&full),
+        transitions(&compact),
+        "the daemon's compact history finds what the full one finds"
+    );
+    compact
+}
+
+fn run_on(scenario: &str, seconds: u32, mut history: History, rules: &Rules) -> Run {
     let src = ScriptedSource::new(Scenario::parse(scenario).expect("valid scenario"), "test");
-    let mut history = History::new(Duration::from_mins(15));
-    let mut det = Detector::new(Rules::default());
+    let mut det = Detector::new(rules.clone());
     let mine = |p: &ProcSample| p.host.user.as_deref() == Some("alice");
     let mut events = Vec::new();
     for i in 0..=seconds {
@@ -285,6 +320,45 @@ fn an_idle_holder_is_reported_after_ten_minutes() {
     assert_eq!(opened[0].1.id.pid, Some(10));
     assert_eq!(opened[0].1.bytes, Some(6 << 30));
     assert_eq!(opened[0].1.severity, gpuwatch::detect::Severity::Info);
+}
+
+#[test]
+fn a_kernel_restarts_the_idle_count_and_the_window_does_not_cap_it() {
+    // Idle from 0, one busy second at 300, idle again: not idle for 10 minutes before 901.
+    // The history keeps only 5 minutes; idle time is counted as samples arrive, so the rule
+    // still sees the full 10 minutes.
+    let run = run_with(
+        &format!(
+            "{GPU}[[gpu.process]]\npid = 10\nused = \"6GiB\"\nsm = {{ step = [[0, 0], [300, 40], [301, 0]] }}\nhost = {{ user = \"carol\" }}\n"
+        ),
+        960,
+        Duration::from_mins(5),
+        &Rules::default(),
+    );
+    let opened = run.opened(RuleKind::IdleHolder);
+    assert_eq!(opened.len(), 1, "{:?}", run.events);
+    assert!(
+        (opened[0].0 - 901.0).abs() < 1e-9,
+        "opened at {}",
+        opened[0].0
+    );
+    assert!(
+        opened[0]
+            .1
+            .summary
+            .contains("has not used the GPU for 10 min"),
+        "{}",
+        opened[0].1.summary
+    );
+    let last = run
+        .open_at_end
+        .iter()
+        .find(|f| f.id.rule == RuleKind::IdleHolder);
+    assert!(
+        last.expect("still open").summary.contains("for 11 min"),
+        "the idle time grows: {:?}",
+        last.map(|f| &f.summary)
+    );
 }
 
 #[test]

@@ -73,6 +73,28 @@ impl Default for Rules {
     }
 }
 
+impl Rules {
+    /// How long before the latest sample the rules read each process's memory point by
+    /// point: the external-pressure window (the watched processes' memory is matched to the
+    /// GPU's, sample by sample) and the filling window, plus 30 s. The leak and idle rules
+    /// look further back but need no single point there (the leak rule picks 40 points spread
+    /// in time, the idle rule keeps a running count), so older process points may be merged.
+    pub fn process_detail(&self) -> Duration {
+        self.external_window.max(self.filling_window) + Duration::from_secs(30)
+    }
+}
+
+/// The step older process points are merged into in a [`compact_history`].
+pub const COARSE_STEP: Duration = Duration::from_secs(10);
+
+/// A history of `window` that keeps process points at full resolution only as far back as
+/// these rules read them ([`Rules::process_detail`]), one point per [`COARSE_STEP`] before
+/// that. The daemon's: it holds every process of every GPU for the whole window, and the
+/// detector finds the same things in it as in a full one.
+pub fn compact_history(window: Duration, rules: &Rules) -> crate::history::History {
+    crate::history::History::new(window).with_process_detail(rules.process_detail(), COARSE_STEP)
+}
+
 /// Keeps the open findings and turns evaluations into lifecycle events.
 #[derive(Debug, Default)]
 pub struct Detector {

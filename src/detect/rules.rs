@@ -213,34 +213,6 @@ fn proc_points(h: &ProcHistory) -> impl DoubleEndedIterator<Item = (f64, f64)> +
     h.used_series().map(|(t, u)| (t, u as f64))
 }
 
-/// Up to `k` points of a process's window `[from, latest]`, evenly spaced by index. Indexing
-/// the history's ring buffer is O(1), so a long window costs `k`, not its length.
-fn window_pick(ph: &ProcHistory, from: f64, k: usize) -> Vec<(f64, f64)> {
-    let len = ph.points().len();
-    // First index at or after `from` (binary search over time).
-    let (mut lo, mut hi) = (0, len);
-    while lo < hi {
-        let mid = usize::midpoint(lo, hi);
-        if ph.points().nth(mid).is_some_and(|p| p.t < from) {
-            lo = mid + 1;
-        } else {
-            hi = mid;
-        }
-    }
-    let n = len - lo;
-    if n == 0 {
-        return Vec::new();
-    }
-    let k = k.min(n);
-    (0..k)
-        .filter_map(|i| {
-            let idx = lo + if k == 1 { 0 } else { i * (n - 1) / (k - 1) };
-            let p = ph.points().nth(idx)?;
-            Some((p.t, p.used? as f64))
-        })
-        .collect()
-}
-
 /// Whether a window of points covers at least `fraction` of `window`.
 fn covers(points: &[(f64, f64)], window: Duration, fraction: f64) -> bool {
     match (points.first(), points.last()) {
@@ -670,13 +642,12 @@ fn leak_suspected(
     }
     // Cheap rejection first (most processes are flat): the rise over the window must be at
     // least half of what the minimum rate gives.
-    let (t_start, start) = window_pick(ph, from, 1).first().copied()?;
-    let start = start as u64;
+    let (t_start, start) = ph.first_used_from(from)?;
     let rise = latest.used? as f64 - start as f64;
     if latest.t - t_start < sustain * 0.8 || (!open && rise < r.leak_min_rate * sustain * 0.5) {
         return None;
     }
-    let pts = window_pick(ph, from, 40);
+    let pts = ph.used_picked(from, 40);
     let slope = slope_bytes_per_s(&pts)?;
     let holds = if open {
         slope >= r.leak_min_rate / 2.0
@@ -727,19 +698,10 @@ fn idle_holder(
         return None;
     }
     let latest = ph.latest()?;
-    let from = latest.t - r.idle_duration.as_secs_f64();
-    if ph.first_seen() > from {
-        return None;
-    }
-    // Every SM reading of the window is 0 (n/a readings prove nothing: no finding).
-    let mut any = false;
-    for point in ph.points().rev().take_while(|pt| pt.t >= from) {
-        match point.sm {
-            Some(sm) if sm <= 0.0 => any = true,
-            _ => return None,
-        }
-    }
-    if !any {
+    // Every SM reading for at least `idle_duration` is 0 (an n/a reading proves nothing and
+    // restarts the count).
+    let idle = latest.t - ph.idle_since()?;
+    if idle < r.idle_duration.as_secs_f64() {
         return None;
     }
     let c = culprit(p, None);
@@ -753,7 +715,7 @@ fn idle_holder(
             who(&c),
             fmt_bytes(used),
             g.index,
-            duration_text(latest.t - from),
+            duration_text(idle),
             fmt_bytes(used)
         ),
     );

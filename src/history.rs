@@ -123,7 +123,52 @@ impl Timed for GpuPoint {
     }
 }
 
-impl Timed for ProcPoint {
+/// A [`ProcPoint`] as a series stores it: 16 bytes instead of 32 (a daemon holds hundreds of
+/// thousands). `v` holds the memory in its low 48 bits (all ones: unknown; 256 TiB and more,
+/// which no GPU has, is stored as the largest value that fits) and SM % × 100 in its high 16
+/// bits (`0xFFFF`: unknown; NVML reports whole percents, so nothing is lost).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Packed {
+    t: f64,
+    v: u64,
+}
+
+const USED_BITS: u32 = 48;
+const USED_UNKNOWN: u64 = (1 << USED_BITS) - 1;
+const SM_UNKNOWN: u64 = 0xFFFF;
+
+impl Packed {
+    fn new(t: f64, used: Option<u64>, sm: Option<f32>) -> Self {
+        let used = used.map_or(USED_UNKNOWN, |u| u.min(USED_UNKNOWN - 1));
+        let sm = sm
+            .filter(|s| s.is_finite())
+            .map_or(SM_UNKNOWN, |s| (s.clamp(0.0, 655.0) * 100.0).round() as u64);
+        Self {
+            t,
+            v: used | (sm << USED_BITS),
+        }
+    }
+
+    fn used(self) -> Option<u64> {
+        let u = self.v & USED_UNKNOWN;
+        (u != USED_UNKNOWN).then_some(u)
+    }
+
+    fn sm(self) -> Option<f32> {
+        let s = self.v >> USED_BITS;
+        (s != SM_UNKNOWN).then(|| s as f32 / 100.0)
+    }
+
+    fn unpack(self) -> ProcPoint {
+        ProcPoint {
+            t: self.t,
+            used: self.used(),
+            sm: self.sm(),
+        }
+    }
+}
+
+impl Timed for Packed {
     fn t(&self) -> f64 {
         self.t
     }
@@ -220,11 +265,20 @@ fn pick<P: Timed>(
     }
     let first = series[start].t();
     let anchors = len.min(out.len());
+    // The first index at or after anchor `a`'s time. Series are mostly evenly spaced, so a
+    // guess by interpolation is usually right (checked); else a binary search.
     let index_at = |a: usize| {
         if a == 0 {
             return start;
         }
         let at = first + (last - first) * a as f64 / (anchors - 1) as f64;
+        let guess = start + ((len - 1) as f64 * (at - first) / (last - first)).ceil() as usize;
+        if guess < series.len()
+            && series[guess].t() >= at
+            && (guess == start || series[guess - 1].t() < at)
+        {
+            return guess;
+        }
         series.partition_point(|p| p.t() < at).max(start)
     };
     let available = |i: &usize| value(&series[*i]).is_some();
@@ -363,7 +417,7 @@ pub struct ProcHistory {
     last_seen: f64,
     /// `points[..coarse]` are merged buckets (see [`History::with_process_detail`]), the rest
     /// full resolution.
-    points: VecDeque<ProcPoint>,
+    points: VecDeque<Packed>,
     coarse: usize,
     peak_used: Option<(u64, f64)>,
     idle_since: Option<f64>,
@@ -394,14 +448,14 @@ impl ProcHistory {
         let start = self.points.partition_point(|p| p.t < from);
         self.points
             .range(start..)
-            .find_map(|p| Some((p.t, p.used?)))
+            .find_map(|p| Some((p.t, p.used()?)))
     }
 
     /// Up to `k` points `(t, used bytes)` of `[from, latest]`, spread evenly in time (so a
     /// thinned series is sampled like a uniform one), each a point whose memory is known.
     pub fn used_picked(&self, from: f64, k: usize) -> Vec<(f64, f64)> {
         let mut out = vec![(0.0, 0.0); k];
-        let n = pick(&self.points, from, &mut out, |p| p.used);
+        let n = pick(&self.points, from, &mut out, |p| p.used());
         out.truncate(n);
         out
     }
@@ -424,16 +478,15 @@ impl ProcHistory {
     /// Every point in the window, oldest first.
     pub fn points(
         &self,
-    ) -> impl DoubleEndedIterator<Item = &ProcPoint> + ExactSizeIterator + Clone + '_ {
-        self.points.iter()
+    ) -> impl DoubleEndedIterator<Item = ProcPoint> + ExactSizeIterator + Clone + '_ {
+        self.points.iter().map(|p| p.unpack())
     }
 
     /// The newest point.
-    pub fn latest(&self) -> Option<&ProcPoint> {
-        self.points.back()
+    pub fn latest(&self) -> Option<ProcPoint> {
+        self.points.back().map(|p| p.unpack())
     }
 
-    /// `(t, used bytes)` for the points where memory is known.
     /// Appends the point of sample row `p` taken at `t`, keeping at most `cap` points. A second
     /// row at the same time (the same PID listed twice in one GPU's sample) is ignored: the
     /// first wins.
@@ -451,11 +504,7 @@ impl ProcHistory {
         }
         let dropped = push_bounded(
             &mut self.points,
-            ProcPoint {
-                t,
-                used: p.used_bytes,
-                sm: p.sm_percent,
-            },
+            Packed::new(t, p.used_bytes, p.sm_percent),
             cap,
         );
         self.coarse = self.coarse.saturating_sub(dropped);
@@ -474,9 +523,11 @@ impl ProcHistory {
             let p = self.points[self.coarse];
             match self.coarse.checked_sub(1).map(|i| &mut self.points[i]) {
                 Some(b) if bucket(b.t) == bucket(p.t) => {
-                    b.t = p.t;
-                    b.used = max_known(b.used, p.used);
-                    b.sm = max_known(b.sm, p.sm);
+                    *b = Packed::new(
+                        p.t,
+                        max_known(b.used(), p.used()),
+                        max_known(b.sm(), p.sm()),
+                    );
                     self.points.remove(self.coarse);
                 }
                 _ => self.coarse += 1,
@@ -484,13 +535,14 @@ impl ProcHistory {
         }
     }
 
+    /// `(t, used bytes)` for the points where memory is known.
     pub fn used_series(&self) -> impl DoubleEndedIterator<Item = (f64, u64)> + Clone + '_ {
-        self.points.iter().filter_map(|p| Some((p.t, p.used?)))
+        self.points.iter().filter_map(|p| Some((p.t, p.used()?)))
     }
 
     /// `(t, SM utilisation %)` for the points where it is known.
     pub fn sm_series(&self) -> impl DoubleEndedIterator<Item = (f64, f32)> + Clone + '_ {
-        self.points.iter().filter_map(|p| Some((p.t, p.sm?)))
+        self.points.iter().filter_map(|p| Some((p.t, p.sm()?)))
     }
 
     /// Highest GPU memory since first seen, and when (not limited to the window).
@@ -502,7 +554,7 @@ impl ProcHistory {
     /// bytes/s. `None` during warm-up: fewer than 3 known points, or less than `over / 3` of
     /// data.
     pub fn growth_bytes_per_s(&self, over: Duration) -> Option<f64> {
-        growth(&self.points, over, |p| p.used)
+        growth(&self.points, over, |p| p.used())
     }
 }
 
@@ -794,7 +846,7 @@ impl History {
                     + size_of::<ProcKey>()
                     + size_of::<ProcHistory>()
                     + NODE_OVERHEAD
-                    + p.points.capacity() * size_of::<ProcPoint>()
+                    + p.points.capacity() * size_of::<Packed>()
             })
             .sum();
         gpus + procs
@@ -1161,7 +1213,7 @@ mod tests {
         // Before that, one point per 10 s bucket ([290, 300), … [830, 839)), each at its
         // latest time (so the bucket that straddles the window's start is kept while its
         // latest point is inside) and with its largest memory and SM.
-        let coarse: Vec<ProcPoint> = c.points().take(c.coarse_points()).copied().collect();
+        let coarse: Vec<ProcPoint> = c.points().take(c.coarse_points()).collect();
         assert_eq!(
             coarse.len(),
             55,
@@ -1207,11 +1259,32 @@ mod tests {
         assert_eq!(c.first_used_from(850.5), Some((852.0, 852 * MIB)));
         // 116 points held instead of 601 (the GPU series, the same in both, is not thinned).
         assert!(
-            full.memory_bytes() - compact.memory_bytes() >= 450 * std::mem::size_of::<ProcPoint>(),
+            full.memory_bytes() - compact.memory_bytes() >= 450 * std::mem::size_of::<Packed>(),
             "{} vs {}",
             compact.memory_bytes(),
             full.memory_bytes()
         );
+    }
+
+    #[test]
+    fn process_points_pack_into_16_bytes_without_losing_what_nvml_reports() {
+        assert_eq!(std::mem::size_of::<Packed>(), 16);
+        let cases = [
+            (Some(0), Some(0.0)),
+            (Some(143_771 * MIB + 12_345), Some(37.0)),
+            (None, Some(100.0)),
+            (Some(GIB), None),
+            (None, None),
+            (Some(USED_UNKNOWN - 1), Some(99.5)),
+        ];
+        for (used, sm) in cases {
+            let p = Packed::new(1.8e9 + 0.25, used, sm).unpack();
+            assert_eq!((p.t, p.used, p.sm), (1.8e9 + 0.25, used, sm));
+        }
+        // Out of range: clamped, never taken for "unknown"; a NaN reading is unknown.
+        let p = Packed::new(0.0, Some(u64::MAX), Some(f32::NAN)).unpack();
+        assert_eq!((p.used, p.sm), (Some(USED_UNKNOWN - 1), None));
+        assert_eq!(Packed::new(0.0, None, Some(-3.0)).unpack().sm, Some(0.0));
     }
 
     #[test]
@@ -1251,7 +1324,7 @@ mod tests {
             let procs = (0..64).map(|pid| proc(pid, Some(5), Some(GIB))).collect();
             h.push(&sample(f64::from(t), vec![gpu("GPU-a", Some(GIB), procs)]));
         }
-        let points = 65 * 601 * std::mem::size_of::<ProcPoint>();
+        let points = 64 * 601 * std::mem::size_of::<Packed>() + 601 * size_of::<GpuPoint>();
         let bytes = h.memory_bytes();
         assert!(
             bytes < points * 13 / 10,

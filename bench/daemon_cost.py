@@ -23,10 +23,10 @@ def cpu_ticks(pid):
     return int(fields[11]) + int(fields[12])
 
 
-def rss_kib(pid):
+def rss_kib(pid, field="VmRSS"):
     with open(f"/proc/{pid}/status") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1])
     return 0
 
@@ -73,9 +73,11 @@ def main():
                     last_trace, last_ticks = now, ticks
                 time.sleep(1)
             t1, c1 = time.monotonic(), cpu_ticks(daemon.pid)
+            anon, file = rss_kib(daemon.pid, "RssAnon"), rss_kib(daemon.pid, "RssFile")
             cpu = (c1 - c0) / CLK_TCK / (t1 - t0) * 100
             print(f"gpuwatch daemon, {a.gpus} GPUs x {a.procs} processes at 1 s, window {a.window:.0f} s: "
-                  f"CPU {cpu:.2f} % of one core ({cpu * 36:.1f} CPU-seconds per hour), peak RSS {peak / 1024:.1f} MiB")
+                  f"CPU {cpu:.2f} % of one core ({cpu * 36:.1f} CPU-seconds per hour), peak RSS {peak / 1024:.1f} MiB "
+                  f"(at the end: {anon / 1024:.1f} MiB anonymous, {file / 1024:.1f} MiB file-backed: code and libraries)")
     finally:
         if daemon is not None:
             daemon.terminate()

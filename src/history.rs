@@ -248,7 +248,7 @@ fn growth<P: Timed>(
 /// index would crowd the picks into the recent part): anchors evenly spaced from the first
 /// point at or after `from` to the last point, each moved to the first point with a value
 /// before the next anchor (the last one: the latest point with a value). Returns how many.
-/// Each anchor costs a binary search, not a walk of the window.
+/// Each anchor costs a checked guess (or a binary search), not a walk of the window.
 fn pick<P: Timed>(
     series: &VecDeque<P>,
     from: f64,

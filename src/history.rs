@@ -62,6 +62,52 @@ pub struct ProcKey {
     pub start_time: Option<u64>,
 }
 
+/// A [`ProcKey`] seen through its parts, so that the maps can be searched with a borrowed
+/// `(&str, pid, start time)` instead of a key built (and its GPU UUID allocated) for every
+/// lookup: the daemon looks processes up thousands of times a second. Orders exactly as
+/// `ProcKey`'s derived `Ord` (GPU, then pid, then start time).
+trait KeyView {
+    fn parts(&self) -> (&str, u32, Option<u64>);
+}
+
+impl KeyView for ProcKey {
+    fn parts(&self) -> (&str, u32, Option<u64>) {
+        (&self.gpu, self.pid, self.start_time)
+    }
+}
+
+impl KeyView for (&str, u32, Option<u64>) {
+    fn parts(&self) -> (&str, u32, Option<u64>) {
+        *self
+    }
+}
+
+impl<'a> std::borrow::Borrow<dyn KeyView + 'a> for ProcKey {
+    fn borrow(&self) -> &(dyn KeyView + 'a) {
+        self
+    }
+}
+
+impl PartialEq for dyn KeyView + '_ {
+    fn eq(&self, other: &Self) -> bool {
+        self.parts() == other.parts()
+    }
+}
+
+impl Eq for dyn KeyView + '_ {}
+
+impl PartialOrd for dyn KeyView + '_ {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for dyn KeyView + '_ {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.parts().cmp(&other.parts())
+    }
+}
+
 /// One GPU at one moment.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct GpuPoint {
@@ -445,10 +491,7 @@ impl ProcHistory {
 
     /// The first point at or after `from` whose memory is known, `(t, used bytes)`.
     pub fn first_used_from(&self, from: f64) -> Option<(f64, u64)> {
-        let start = self.points.partition_point(|p| p.t < from);
-        self.points
-            .range(start..)
-            .find_map(|p| Some((p.t, p.used()?)))
+        self.used_from(from).next()
     }
 
     /// Up to `k` points `(t, used bytes)` of `[from, latest]`, spread evenly in time (so a
@@ -538,6 +581,15 @@ impl ProcHistory {
     /// `(t, used bytes)` for the points where memory is known.
     pub fn used_series(&self) -> impl DoubleEndedIterator<Item = (f64, u64)> + Clone + '_ {
         self.points.iter().filter_map(|p| Some((p.t, p.used()?)))
+    }
+
+    /// `(t, used bytes)` for the points at or after `from` where memory is known, oldest
+    /// first (a binary search, then the points from there).
+    pub fn used_from(&self, from: f64) -> impl Iterator<Item = (f64, u64)> + '_ {
+        let start = self.points.partition_point(|p| p.t < from);
+        self.points
+            .range(start..)
+            .filter_map(|p| Some((p.t, p.used()?)))
     }
 
     /// `(t, SM utilisation %)` for the points where it is known.
@@ -676,10 +728,13 @@ impl History {
     fn push_gpu(&mut self, t: f64, g: &GpuSample, previous: Option<f64>) {
         let cap = self.max_points;
         let detail = self.detail;
-        let gh = self
-            .gpus
-            .entry(g.uuid.clone())
-            .or_insert_with(|| GpuHistory::new(g.index, t));
+        if !self.gpus.contains_key(&g.uuid) {
+            self.gpus
+                .insert(g.uuid.clone(), GpuHistory::new(g.index, t));
+        }
+        let Some(gh) = self.gpus.get_mut(&g.uuid) else {
+            return;
+        };
         gh.index = g.index;
         gh.last_seen = t;
         let point = GpuPoint::from_sample(t, g);
@@ -688,9 +743,9 @@ impl History {
 
         for p in &g.processes {
             // The common case, a process already known by its start time, in one lookup.
-            let key = Self::key_of(&g.uuid, p);
-            if key.start_time.is_some()
-                && let Some(ph) = self.procs.get_mut(&key)
+            let view = (g.uuid.as_str(), p.pid, p.host.start_time);
+            if view.2.is_some()
+                && let Some(ph) = self.procs.get_mut(&view as &dyn KeyView)
             {
                 ph.record(t, p, cap, detail);
                 continue;
@@ -794,11 +849,11 @@ impl History {
         gpu_uuid: &str,
         proc: &ProcSample,
     ) -> Option<(&ProcKey, &ProcHistory)> {
-        let key = if proc.host.start_time.is_some() {
-            Self::key_of(gpu_uuid, proc)
-        } else {
-            self.continued_key(gpu_uuid, proc.pid, self.last_t?)?
-        };
+        if proc.host.start_time.is_some() {
+            let view = (gpu_uuid, proc.pid, proc.host.start_time);
+            return self.procs.get_key_value(&view as &dyn KeyView);
+        }
+        let key = self.continued_key(gpu_uuid, proc.pid, self.last_t?)?;
         self.procs.get_key_value(&key)
     }
 
@@ -1263,6 +1318,57 @@ mod tests {
             "{} vs {}",
             compact.memory_bytes(),
             full.memory_bytes()
+        );
+    }
+
+    #[test]
+    fn a_borrowed_key_finds_what_the_owned_key_finds() {
+        let mut h = History::new(Duration::from_mins(1));
+        let rows = |gpu: &str| {
+            vec![
+                proc(7, Some(100), Some(1)),
+                proc(7, Some(200), Some(2)),
+                proc(70, Some(5), Some(3)),
+                proc(8, None, Some(4)),
+            ]
+            .into_iter()
+            .map(|mut p| {
+                p.used_bytes = p.used_bytes.map(|u| u + u64::from(gpu == "GPU-b") * 10);
+                p
+            })
+            .collect::<Vec<_>>()
+        };
+        h.push(&sample(
+            0.0,
+            vec![
+                gpu("GPU-a", None, rows("GPU-a")),
+                gpu("GPU-b", None, rows("GPU-b")),
+            ],
+        ));
+        for (key, ph) in h.processes() {
+            let view = (key.gpu.as_str(), key.pid, key.start_time);
+            let found = h
+                .procs
+                .get(&view as &dyn KeyView)
+                .expect("found by its parts");
+            assert!(std::ptr::eq(found, ph), "{key:?}");
+        }
+        let missing: [(&str, u32, Option<u64>); 3] = [
+            ("GPU-a", 7, Some(300)),
+            ("GPU-a", 9, None),
+            ("GPU-c", 7, Some(100)),
+        ];
+        for missing in missing {
+            assert!(
+                !h.procs.contains_key(&missing as &dyn KeyView),
+                "{missing:?}"
+            );
+        }
+        let row = proc(7, Some(200), None);
+        let (k, p) = h.process_for("GPU-b", &row).expect("by start time");
+        assert_eq!(
+            (k.gpu.as_str(), k.pid, p.peak_used()),
+            ("GPU-b", 7, Some((12, 0.0)))
         );
     }
 

@@ -444,8 +444,7 @@ fn mine_by_time(input: &Input<'_>, g: &GpuSample, from: f64) -> Vec<(f64, u64)> 
     for p in g.processes.iter().filter(|p| (input.watched)(p)) {
         if let Some((_, ph)) = input.history.process_for(&g.uuid, p) {
             points.clear();
-            points.extend(ph.used_series().rev().take_while(|(t, _)| *t >= from));
-            points.reverse();
+            points.extend(ph.used_from(from));
             merge_sum(&mine, &points, &mut merged);
             std::mem::swap(&mut mine, &mut merged);
         }

@@ -315,15 +315,38 @@ struct Stat {
 }
 
 fn read_stat(pid: u32) -> Option<Stat> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let text = read_proc_line(&format!("/proc/{pid}/stat"))?;
     parse_stat(&text)
 }
 
 /// Resident pages from `/proc/PID/statm` (its second field), where `sysinfo` reads them: the
 /// `rss` of `/proc/PID/stat` may lag by the kernel's per-CPU counter batches.
 fn read_statm_rss(pid: u32) -> Option<u64> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/statm")).ok()?;
+    let text = read_proc_line(&format!("/proc/{pid}/statm"))?;
     text.split_ascii_whitespace().nth(1)?.parse().ok()
+}
+
+/// A one-line `/proc` file in three system calls (open, read, close): the kernel hands such a
+/// file over in one read, ending with a newline, so there is no need for the size query and
+/// the read that finds the end which `read_to_string` adds (the daemon reads 1 024 of these
+/// per refresh). Keeps reading until a newline or the end all the same. Bytes that are not
+/// UTF-8 (a command name can be anything) are replaced rather than losing the process.
+fn read_proc_line(path: &str) -> Option<String> {
+    use std::io::Read;
+    let mut file = std::fs::File::open(path).ok()?;
+    let mut buf = vec![0u8; 512];
+    let mut len = 0;
+    loop {
+        if len == buf.len() {
+            buf.resize(len * 2, 0);
+        }
+        let n = file.read(&mut buf[len..]).ok()?;
+        len += n;
+        if n == 0 || buf[..len].ends_with(b"\n") {
+            break;
+        }
+    }
+    Some(String::from_utf8_lossy(&buf[..len]).into_owned())
 }
 
 /// Fields of `/proc/PID/stat` (see proc(5)); the command name (field 2) may contain spaces and
@@ -855,6 +878,31 @@ mod tests {
             std::thread::sleep(Duration::from_millis(10));
         }
         (child, pid)
+    }
+
+    #[test]
+    fn a_proc_line_is_read_whole() {
+        let stat = read_proc_line("/proc/self/stat").expect("own stat");
+        assert!(
+            stat.starts_with(&format!("{} (", std::process::id())),
+            "{stat}"
+        );
+        assert!(stat.ends_with('\n'), "{stat}");
+        // Every field is there: as many as a plain read gives.
+        let plain = std::fs::read_to_string("/proc/self/stat").expect("read");
+        assert_eq!(
+            stat.split_ascii_whitespace().count(),
+            plain.split_ascii_whitespace().count()
+        );
+        // Longer than the first buffer, and without a final newline: read to the end.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let long = "x".repeat(5000);
+        std::fs::write(dir.path().join("f"), &long).expect("write");
+        let path = dir.path().join("f");
+        assert_eq!(read_proc_line(path.to_str().expect("utf-8")), Some(long));
+        assert_eq!(read_proc_line("/proc/0/stat"), None);
+        assert!(read_stat(std::process::id()).is_some());
+        assert!(read_statm_rss(std::process::id()).is_some_and(|pages| pages > 0));
     }
 
     #[test]

@@ -8,12 +8,12 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{Daemon, ScenarioFile, Sleeper, gpuwatch_cmd, gpuwatch_on};
+use common::{Daemon, ScenarioFile, Sleeper, gpuwatch_cmd, gpuwatch_on, request};
 
 const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
 
@@ -48,30 +48,6 @@ impl Daemon {
     fn get(&self, path: &str) -> (u16, String) {
         request(self.port, path, None)
     }
-}
-
-/// A GET over a plain TCP connection: status and body.
-fn request(port: u16, path: &str, token: Option<&str>) -> (u16, String) {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(10)))
-        .expect("timeout");
-    let auth = token
-        .map(|t| format!("Authorization: Bearer {t}\r\n"))
-        .unwrap_or_default();
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n{auth}\r\n"
-    )
-    .expect("write");
-    let mut text = String::new();
-    s.read_to_string(&mut text).expect("read");
-    let (head, body) = text.split_once("\r\n\r\n").expect("a response");
-    let status = head
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .expect("status");
-    (status, body.to_string())
 }
 
 /// One sample of the text format: name, labels, value.

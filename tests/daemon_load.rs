@@ -9,39 +9,20 @@
 mod common;
 
 use std::fmt::Write as _;
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{Daemon, ScenarioFile, Sleeper};
+use common::{Daemon, ScenarioFile, Sleeper, request};
+
+fn get(port: u16, path: &str) -> (u16, String) {
+    request(port, path, None)
+}
 
 const RATE: u32 = 200;
 const SECONDS: u32 = 30;
 const CLIENTS: u32 = 4;
 /// The daemon's interval in `Daemon::start`.
 const INTERVAL: f64 = 0.2;
-
-/// A GET over a plain TCP connection: status and body.
-fn get(port: u16, path: &str) -> (u16, String) {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(10)))
-        .expect("timeout");
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
-    )
-    .expect("write");
-    let mut text = String::new();
-    s.read_to_string(&mut text).expect("read");
-    let (head, body) = text.split_once("\r\n\r\n").expect("a response");
-    let status = head
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .expect("status");
-    (status, body.to_string())
-}
 
 /// The sample times the daemon published while polling for `seconds` (every 40 ms, distinct
 /// values only).

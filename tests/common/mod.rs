@@ -4,8 +4,8 @@
 
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader};
-use std::net::TcpListener;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Arc, Mutex, OnceLock, mpsc};
@@ -256,4 +256,29 @@ pub fn query(port: u16, promql: &str) -> Option<Vec<serde_json::Value>> {
         .ok()?;
     let v: serde_json::Value = serde_json::from_str(&body).ok()?;
     v["data"]["result"].as_array().cloned()
+}
+
+/// A GET over a plain TCP connection to the daemon on `port`, with a bearer token if
+/// given: status and body.
+pub fn request(port: u16, path: &str, token: Option<&str>) -> (u16, String) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n{auth}\r\n"
+    )
+    .expect("write");
+    let mut text = String::new();
+    s.read_to_string(&mut text).expect("read");
+    let (head, body) = text.split_once("\r\n\r\n").expect("a response");
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .expect("status");
+    (status, body.to_string())
 }

@@ -668,11 +668,6 @@ impl History {
         self
     }
 
-    /// The process detail set by [`History::with_process_detail`]; `None`: full resolution.
-    pub fn process_detail(&self) -> Option<ProcessDetail> {
-        self.detail
-    }
-
     /// How much data is kept.
     pub fn window(&self) -> Duration {
         self.window

@@ -320,6 +320,26 @@ pub struct Frame {
 }
 
 impl Frame {
+    /// A frame of `sample` from a demo source on host `h`, published now: for unit tests.
+    #[cfg(test)]
+    pub(crate) fn for_test(sample: Sample, interval: Duration) -> std::sync::Arc<Self> {
+        std::sync::Arc::new(Frame {
+            seq: 1,
+            source: std::sync::Arc::new(SourceInfo {
+                kind: SourceKind::Demo,
+                host: "h".into(),
+                driver_version: None,
+                cuda_version: None,
+                nvml_version: None,
+                detail: String::new(),
+                me: None,
+            }),
+            sample,
+            published: Instant::now(),
+            interval,
+        })
+    }
+
     /// How old the frame is.
     pub fn age(&self) -> Duration {
         self.published.elapsed()

@@ -738,30 +738,19 @@ mod tests {
         assert_eq!(out, vec![(1.0, 5)]);
         let a = [(1.0, 1), (2.0, 2), (4.0, 4)];
         let b = [(0.5, 10), (2.0, 20), (3.0, 30), (4.0, 40), (5.0, 50)];
+        let sum = [
+            (0.5, 10),
+            (1.0, 1),
+            (2.0, 22),
+            (3.0, 30),
+            (4.0, 44),
+            (5.0, 50),
+        ];
         merge_sum(&a, &b, &mut out);
-        assert_eq!(
-            out,
-            vec![
-                (0.5, 10),
-                (1.0, 1),
-                (2.0, 22),
-                (3.0, 30),
-                (4.0, 44),
-                (5.0, 50)
-            ]
-        );
+        assert_eq!(out, sum);
+        // The order of the operands does not matter.
         merge_sum(&b, &a, &mut out);
-        assert_eq!(
-            out,
-            vec![
-                (0.5, 10),
-                (1.0, 1),
-                (2.0, 22),
-                (3.0, 30),
-                (4.0, 44),
-                (5.0, 50)
-            ]
-        );
+        assert_eq!(out, sum);
     }
 
     #[test]

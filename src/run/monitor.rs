@@ -223,8 +223,8 @@ fn split(g: &GpuSample, job: &HashSet<u32>) -> (u64, Vec<Holder>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Memory, ProcKind, SourceInfo, SourceKind};
-    use std::time::{Duration, Instant};
+    use crate::model::{Memory, ProcKind};
+    use std::time::Duration;
 
     const GIB: u64 = 1 << 30;
 
@@ -262,26 +262,15 @@ mod tests {
                 g
             })
             .collect();
-        Arc::new(Frame {
-            seq: 1,
-            source: Arc::new(SourceInfo {
-                kind: SourceKind::Demo,
-                host: "h".into(),
-                driver_version: None,
-                cuda_version: None,
-                nvml_version: None,
-                detail: String::new(),
-                me: None,
-            }),
-            sample: crate::model::Sample {
+        Frame::for_test(
+            crate::model::Sample {
                 taken_at: t,
                 gpus,
                 errors: vec![],
                 collect_seconds: 0.0,
             },
-            published: Instant::now(),
-            interval: Duration::from_millis(250),
-        })
+            Duration::from_millis(250),
+        )
     }
 
     fn record() -> RunRecord {

@@ -275,10 +275,8 @@ fn gpu(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{
-        Frame, HostProc, Memory, ProcKind, ProcSample, Sample, SourceInfo, SourceKind,
-    };
-    use std::time::{Duration, Instant};
+    use crate::model::{Frame, HostProc, Memory, ProcKind, ProcSample, Sample};
+    use std::time::Duration;
 
     fn proc(pid: u32, used: u64) -> ProcSample {
         ProcSample {
@@ -310,26 +308,15 @@ mod tests {
             proc(5, 1 << 10),
         ];
         Published {
-            latest: Some(std::sync::Arc::new(Frame {
-                seq: 1,
-                source: std::sync::Arc::new(SourceInfo {
-                    kind: SourceKind::Demo,
-                    host: "h".into(),
-                    driver_version: None,
-                    cuda_version: None,
-                    nvml_version: None,
-                    detail: String::new(),
-                    me: None,
-                }),
-                sample: Sample {
+            latest: Some(Frame::for_test(
+                Sample {
                     taken_at: 1.0,
                     gpus: vec![g],
                     errors: Vec::new(),
                     collect_seconds: 0.001,
                 },
-                published: Instant::now(),
-                interval: Duration::from_secs(1),
-            })),
+                Duration::from_secs(1),
+            )),
             ..Published::default()
         }
     }

@@ -19,6 +19,12 @@ impl Tmux {
     /// Starts `command` in a detached 120×40 session. The pane's shell reports the exit code
     /// and the terminal modes once gpuwatch is gone.
     fn start(name: &str, env: &[(&str, String)], args: &str) -> Self {
+        Self::start_in(name, env, "", args)
+    }
+
+    /// [`Tmux::start`], with gpuwatch run under `wrapper` (a command line its path and
+    /// arguments are appended to).
+    fn start_in(name: &str, env: &[(&str, String)], wrapper: &str, args: &str) -> Self {
         assert!(
             Command::new("tmux")
                 .arg("-V")
@@ -32,7 +38,7 @@ impl Tmux {
             acc
         });
         let script = format!(
-            "{exports}'{}' {args}; echo \"EXITED rc=$?\"; stty -a | tr ' ;' '\\n\\n' | grep -x -e icanon -e -icanon -e echo -e -echo | tr '\\n' ' '; echo; sleep 60",
+            "{exports}{wrapper} '{}' {args}; echo \"EXITED rc=$?\"; stty -a | tr ' ;' '\\n\\n' | grep -x -e icanon -e -icanon -e echo -e -echo | tr '\\n' ' '; echo; sleep 60",
             gpuwatch_bin()
         );
         let status = Command::new("tmux")
@@ -340,4 +346,113 @@ fn the_remote_dashboard_follows_a_daemon_and_says_when_it_is_gone() {
     );
     t.keys(&["q"]);
     t.wait_for("a clean exit", |s| s.contains("EXITED rc=0"));
+}
+
+/// The PID a scenario row names, inside the dashboard's own PID namespace (see
+/// [`a_pid_not_visible_here_is_never_signalled`]).
+const TAKEN_PID: u32 = 20_000;
+
+/// PID 1 of the dashboard's PID namespace: starts gpuwatch (`"$@"`) and, once the test writes
+/// to the FIFO `$1/take`, a `sleep` with PID `TAKEN_PID` — the process that took the PID of a
+/// row after the kill dialog opened. Its PID goes to `$1/pid`, how it ended to `$1/exit`.
+/// Nothing forks while it waits (a FIFO, not a polling loop), so PIDs stay predictable.
+const TAKER: &str = r#"dir=$1; shift
+(
+  read _ < "$dir/take"
+  echo $((TAKEN_PID - 1)) > /proc/sys/kernel/ns_last_pid
+  sleep 300 &
+  echo $! > "$dir/pid"
+  wait $!
+  echo "rc=$?" > "$dir/exit"
+) &
+"$@"
+"#;
+
+/// The issue's attack: a row "not visible here" (no start time) whose PID is taken by another
+/// process after the kill dialog opened. `y` (SIGTERM) then `9` (SIGKILL) must not reach it,
+/// and the dialog says why. The dashboard runs in a PID namespace of its own (`unshare`, a
+/// user namespace too, so no privileges are needed) where the test can hand that PID to a new
+/// process at will.
+#[test]
+fn a_pid_not_visible_here_is_never_signalled() {
+    let ns_ok = Command::new("unshare")
+        .args(["-Urpf", "--mount-proc", "true"])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        ns_ok,
+        "this test needs `unshare -Urpf --mount-proc` (util-linux, user namespaces enabled)"
+    );
+    let sc = ScenarioFile::new(&format!(
+        "[[gpu]]\nmemory_total = \"80GiB\"\n[[gpu.process]]\npid = {TAKEN_PID}\nused = \"30GiB\"\n"
+    ));
+    let dir = sc.dir.path();
+    let fifo = dir.join("take");
+    assert!(
+        Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .is_ok_and(|s| s.success())
+    );
+    let taker = dir.join("taker.sh");
+    std::fs::write(&taker, TAKER).expect("write the wrapper");
+    let env = [
+        ("GPUWATCH_NVML_LIB", fake_nvml().display().to_string()),
+        ("FAKE_NVML_SCENARIO", sc.path.display().to_string()),
+        ("TAKEN_PID", TAKEN_PID.to_string()),
+    ];
+    let t = Tmux::start_in(
+        "nsreuse",
+        &env,
+        &format!(
+            "unshare -Urpf --mount-proc sh '{}' '{}'",
+            taker.display(),
+            dir.display()
+        ),
+        "--interval 200ms",
+    );
+    t.wait_for("the row that is not visible here", |s| {
+        s.contains(&format!(" {TAKEN_PID} ")) && s.contains("not visible")
+    });
+    t.keys(&["K"]);
+    let s = t.wait_for("the dialog", |s| s.contains("signal a process"));
+    // Now another process takes the PID.
+    std::fs::write(&fifo, "go\n").expect("wake the taker");
+    let started = Instant::now();
+    let pid = loop {
+        if let Some(p) = std::fs::read_to_string(dir.join("pid"))
+            .ok()
+            .and_then(|p| p.trim().parse::<u32>().ok())
+        {
+            break p;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "no taker");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(pid, TAKEN_PID, "the new process took the row's PID");
+    // Both keys of the sequence.
+    t.keys(&["y"]);
+    std::thread::sleep(Duration::from_millis(300));
+    t.keys(&["9"]);
+    std::thread::sleep(Duration::from_millis(700));
+    let after = t.screen();
+    assert!(
+        !dir.join("exit").exists(),
+        "the process that took PID {TAKEN_PID} was signalled: {:?}\n{after}",
+        std::fs::read_to_string(dir.join("exit"))
+    );
+    let said = format!(
+        "PID {TAKEN_PID} is not visible in this PID namespace: its identity can't be checked"
+    );
+    let flat = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        flat(&s.replace('│', " ")).contains(&said),
+        "the dialog says why:\n{s}"
+    );
+    assert!(
+        !after.contains("SIGTERM sent") && !after.contains("SIGKILL sent"),
+        "{after}"
+    );
+    t.keys(&["Escape", "q"]);
+    t.wait_for("exit", |s| s.contains("EXITED rc=0"));
 }

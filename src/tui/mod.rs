@@ -75,8 +75,9 @@ pub fn perform(state: &mut UiState, effect: Effect) {
                 Ok(()) => tracing::info!(pid, signal = sig.name(), "signal sent"),
                 Err(e) => tracing::warn!(pid, signal = sig.name(), error = %e, "signal not sent"),
             }
+            let sent = result.is_ok();
             state.signal_result(sig, result);
-            if sig == Sig::Kill {
+            if sig == Sig::Kill && sent {
                 state.message = Some(format!("SIGKILL sent to PID {pid}"));
             }
         }

@@ -766,10 +766,17 @@ fn run_job(g: &GlobalArgs, config: &Config, args: &RunArgs) -> Result<u8> {
         message: e.to_string(),
     })?;
     let child_pid = running.pid();
+    // The job runs now: whatever fails from here on is reported, never a reason to leave
+    // (which would orphan the job, or with its parent-death signal, kill it).
     let monitor = sampler
         .as_ref()
-        .map(|s| start_run_monitor(s, config, child_pid))
-        .transpose()?;
+        .and_then(|s| match start_run_monitor(s, config, child_pid) {
+            Ok(m) => Some(m),
+            Err(e) => {
+                note = Some(e.message);
+                None
+            }
+        });
     let outcome = running
         .wait()
         .map_err(|e| Failure::runtime(format!("lost track of the job: {e}")))?;

@@ -65,6 +65,54 @@ impl Tmux {
         Self { socket }
     }
 
+    /// An interactive `bash` (job control on, prompt `$ `) in a detached 120×40 session, for
+    /// the tests that stop gpuwatch and bring it back with `fg`.
+    fn interactive(name: &str) -> Self {
+        let socket = format!("gpuwatch-test-{}-{name}", std::process::id());
+        let status = Command::new("tmux")
+            .args([
+                "-L",
+                &socket,
+                "-f",
+                "/dev/null",
+                "new-session",
+                "-d",
+                "-s",
+                "t",
+                "-x",
+                "120",
+                "-y",
+                "40",
+            ])
+            .arg("env PS1='$ ' bash --norc --noprofile -i")
+            .env("NO_COLOR", "1")
+            .env("XDG_CONFIG_HOME", "/nonexistent-gpuwatch-test")
+            .status()
+            .expect("tmux runs");
+        assert!(status.success());
+        Self { socket }
+    }
+
+    /// Types `line` and Enter.
+    fn type_line(&self, line: &str) {
+        self.tmux(&["send-keys", "-t", "t", "-l", line]);
+        self.tmux(&["send-keys", "-t", "t", "Enter"]);
+    }
+
+    /// The pane's modes a full-screen program sets: alternate screen, cursor visible, mouse
+    /// reporting.
+    fn modes(&self) -> String {
+        self.tmux(&[
+            "display",
+            "-p",
+            "-t",
+            "t",
+            "alt=#{alternate_on} cursor=#{cursor_flag} mouse=#{mouse_any_flag}#{mouse_button_flag}#{mouse_standard_flag}#{mouse_sgr_flag}",
+        ])
+        .trim()
+        .to_string()
+    }
+
     fn tmux(&self, args: &[&str]) -> String {
         let out = Command::new("tmux")
             .args(["-L", &self.socket])
@@ -198,6 +246,71 @@ fn sigterm_restores_the_terminal() {
     assert!(s.contains("EXITED rc=0"), "{s}");
     assert!(!t.alternate_screen());
     assert!(s.contains("icanon echo"), "raw mode undone:\n{s}");
+}
+
+/// The modes a shell expects back: main screen, cursor shown, no mouse reporting.
+const RESTORED: &str = "alt=0 cursor=1 mouse=0000";
+
+#[test]
+fn sigquit_restores_the_terminal() {
+    let t = Tmux::start("quit", &[], "--demo");
+    t.wait_for("the dashboard", |s| s.contains("GPU 0 H200"));
+    assert_ne!(t.modes(), RESTORED, "the dashboard's modes are on");
+    let pid = t.gpuwatch_pid();
+    let status = Command::new("kill")
+        .args(["-QUIT", &pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    let s = t.wait_for("exit after SIGQUIT", |s| {
+        s.contains("EXITED") && s.contains("icanon")
+    });
+    assert!(s.contains("EXITED rc=0"), "{s}");
+    assert_eq!(t.modes(), RESTORED);
+    assert!(s.contains("icanon echo"), "raw mode undone:\n{s}");
+}
+
+/// `kill -TSTP` (Ctrl-Z is a key in raw mode, so a stop comes from outside): the shell gets
+/// its terminal back as it was, and `fg` brings the dashboard back, redrawn in its modes.
+#[test]
+fn sigtstp_restores_the_terminal_and_fg_redraws() {
+    let t = Tmux::interactive("tstp");
+    t.wait_for("the prompt", |s| s.contains('$'));
+    t.type_line(&format!("'{}' --demo --interval 200ms", gpuwatch_bin()));
+    t.wait_for("the dashboard", |s| s.contains("GPU 0 H200"));
+    let on = t.modes();
+    assert!(on.starts_with("alt=1 cursor=0 mouse=1"), "{on}");
+    let pid = t.gpuwatch_pid();
+    let status = Command::new("kill")
+        .args(["-TSTP", &pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    let s = t.wait_for("the shell's job control", |s| s.contains("Stopped"));
+    assert_eq!(t.modes(), RESTORED, "modes restored on stop:\n{s}");
+    t.type_line(
+        "stty -a | tr ' ;' '\\n\\n' | grep -x -e icanon -e -icanon -e echo -e -echo | tr '\\n' ' '; echo END-\"\"OF-MODES",
+    );
+    // The command line shows `END-""OF-MODES`, only its output `END-OF-MODES`.
+    let s = t.wait_for("stty", |s| s.contains("END-OF-MODES"));
+    assert!(
+        s.contains("icanon echo END-OF-MODES"),
+        "cooked mode on stop:\n{s}"
+    );
+    // Back in the foreground: the modes again, and a full redraw.
+    t.type_line("fg");
+    let started = Instant::now();
+    while t.modes() == RESTORED {
+        assert!(started.elapsed() < Duration::from_secs(10), "not resumed");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let s = t.wait_for("the redrawn dashboard", |s| {
+        s.contains("GPU 0 H200") && !s.contains("Stopped") && !s.contains("END-OF-MODES")
+    });
+    assert_eq!(t.modes(), on, "the dashboard's modes again:\n{s}");
+    t.keys(&["q"]);
+    t.wait_for("the prompt again", |s| s.trim_end().ends_with('$'));
+    assert_eq!(t.modes(), RESTORED);
 }
 
 #[test]

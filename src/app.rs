@@ -2,7 +2,7 @@
 //! hands frames to the front end the command asked for. Errors are returned with the exit code
 //! they deserve; `main` prints them once.
 
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -229,6 +229,8 @@ fn history(cmd: &crate::cli::HistoryCommand) -> Result<u8> {
 
 /// Logs go to a file, never to the terminal the dashboard draws on.
 fn init_log(path: &Path) -> Result<()> {
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
     let file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -241,10 +243,15 @@ fn init_log(path: &Path) -> Result<()> {
         })?;
     let filter = tracing_subscriber::EnvFilter::try_from_env("GPUWATCH_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let layer = tracing_subscriber::fmt::layer()
         .with_writer(std::sync::Mutex::new(file))
         .with_ansi(false)
+        // On a failed write (a full disk) tracing-subscriber would say so with `eprintln!`,
+        // which panics when stderr fails too: a log line that can't be written is dropped.
+        .log_internal_errors(false);
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(layer)
         .try_init()
         .map_err(|e| Failure::setup(format!("cannot start logging: {e}")))
 }
@@ -516,7 +523,7 @@ fn record(g: &GlobalArgs, config: &Config, args: &RecordArgs) -> Result<u8> {
     });
     outcome
         .map_err(|e| Failure::runtime(format!("cannot write '{}': {e}", args.file.display())))?;
-    eprintln!(
+    crate::eprintln_safe!(
         "gpuwatch: recorded {written} samples to {}",
         args.file.display()
     );
@@ -619,15 +626,12 @@ fn remote_table(config: &Config, remote: &crate::remote::Remote, watch: &WatchSe
     };
     let mine = watch.pids_in(&frame.sample, &|pid| frame.sample.reported_ppid(pid));
     let watched = |p: &ProcSample| mine.contains(&p.pid);
-    print!(
-        "{}",
-        table::render(
-            &frame,
-            &watched,
-            now_unix(),
-            &table_options(config, Vec::new())
-        )
-    );
+    write_stdout(&table::render(
+        &frame,
+        &watched,
+        now_unix(),
+        &table_options(config, Vec::new()),
+    ))?;
     Ok(0)
 }
 
@@ -762,10 +766,17 @@ fn run_job(g: &GlobalArgs, config: &Config, args: &RunArgs) -> Result<u8> {
         message: e.to_string(),
     })?;
     let child_pid = running.pid();
+    // The job runs now: whatever fails from here on is reported, never a reason to leave
+    // (which would orphan the job, or with its parent-death signal, kill it).
     let monitor = sampler
         .as_ref()
-        .map(|s| start_run_monitor(s, config, child_pid))
-        .transpose()?;
+        .and_then(|s| match start_run_monitor(s, config, child_pid) {
+            Ok(m) => Some(m),
+            Err(e) => {
+                note = Some(e.message);
+                None
+            }
+        });
     let outcome = running
         .wait()
         .map_err(|e| Failure::runtime(format!("lost track of the job: {e}")))?;
@@ -801,7 +812,7 @@ fn run_job(g: &GlobalArgs, config: &Config, args: &RunArgs) -> Result<u8> {
             text.push('\n');
             text.push_str(&crate::triage::render_text(d));
         }
-        eprint!("{text}");
+        crate::stdio::err(&text);
     }
     if let Some(path) = &args.timeline {
         write_timeline(
@@ -905,7 +916,7 @@ fn gpu_env(
         )));
     };
     let gpu = choose_gpu(&frame.sample, args.gpu.as_deref(), args.min_free)?;
-    eprintln!(
+    crate::eprintln_safe!(
         "gpuwatch: running on GPU {} ({}{})",
         gpu.index,
         gpu.uuid,
@@ -969,11 +980,13 @@ fn write_timeline(
         },
     );
     match std::fs::write(path, svg) {
-        Err(e) => eprintln!(
+        Err(e) => crate::eprintln_safe!(
             "gpuwatch: cannot write the timeline '{}': {e}",
             path.display()
         ),
-        Ok(()) if !quiet => eprintln!("gpuwatch: timeline written to {}", path.display()),
+        Ok(()) if !quiet => {
+            crate::eprintln_safe!("gpuwatch: timeline written to {}", path.display());
+        }
         Ok(()) => {}
     }
 }
@@ -1103,8 +1116,7 @@ fn start_run_monitor(sampler: &Sampler, config: &Config, child: u32) -> Result<R
 }
 
 fn write_stdout(text: &str) -> Result<()> {
-    let mut out = std::io::stdout().lock();
-    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+    match crate::stdio::out(text) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
         Err(e) => Err(Failure::runtime(format!("cannot write to stdout: {e}"))),

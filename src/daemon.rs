@@ -32,11 +32,11 @@ pub fn run(
     // is reported and the daemon runs without it.
     let mut store = history_path.and_then(|path| match crate::store::Store::open(path) {
         Ok(store) => {
-            eprintln!("gpuwatch: recording history in {}", path.display());
+            crate::eprintln_safe!("gpuwatch: recording history in {}", path.display());
             Some(store)
         }
         Err(e) => {
-            eprintln!("gpuwatch: no local history: {e}");
+            crate::eprintln_safe!("gpuwatch: no local history: {e}");
             None
         }
     });
@@ -57,7 +57,7 @@ pub fn run(
         crate::serve::spawn(listener, Arc::clone(&shared))?;
     }
     let info = sampler.info();
-    eprintln!(
+    crate::eprintln_safe!(
         "gpuwatch: daemon started: {} source ({}), interval {}, sinks: {}",
         info.kind,
         info.detail,
@@ -69,7 +69,7 @@ pub fn run(
             .collect::<Vec<_>>()
             .join(", ")
     );
-    eprintln!(
+    crate::eprintln_safe!(
         "gpuwatch: listening on http://{bound}{}",
         if shared.options.token.is_some() {
             " (bearer token required)"
@@ -88,10 +88,10 @@ pub fn run(
     if let Some(store) = store.as_mut()
         && let Err(e) = store.checkpoint()
     {
-        eprintln!("gpuwatch: history: {e}");
+        crate::eprintln_safe!("gpuwatch: history: {e}");
     }
     for s in alerts.shutdown(Duration::from_secs(2)) {
-        eprintln!(
+        crate::eprintln_safe!(
             "gpuwatch: sink {}: {} delivered, {} failed, {} dropped{}",
             s.name,
             s.delivered,
@@ -102,7 +102,7 @@ pub fn run(
                 .unwrap_or_default()
         );
     }
-    eprintln!("gpuwatch: daemon stopped");
+    crate::eprintln_safe!("gpuwatch: daemon stopped");
     Ok(())
 }
 
@@ -141,7 +141,7 @@ async fn pipeline(
             changed = frames.changed(), if source_open => {
                 if changed.is_err() {
                     source_open = false;
-                    eprintln!("gpuwatch: the source ended");
+                    crate::eprintln_safe!("gpuwatch: the source ended");
                     continue;
                 }
                 let Some(frame) = frames.borrow_and_update().clone() else { continue };
@@ -153,7 +153,7 @@ async fn pipeline(
                         Err(e) => {
                             let text = e.to_string();
                             if last_store_error.as_deref() != Some(text.as_str()) {
-                                eprintln!("gpuwatch: history not recorded: {text}");
+                                crate::eprintln_safe!("gpuwatch: history not recorded: {text}");
                                 last_store_error = Some(text);
                             }
                         }
@@ -177,14 +177,14 @@ async fn pipeline(
                         .duration_since(std::time::UNIX_EPOCH)
                         .map_or(0.0, |d| d.as_secs_f64());
                     if let Err(e) = store.maintain(now) {
-                        eprintln!("gpuwatch: history maintenance failed: {e}");
+                        crate::eprintln_safe!("gpuwatch: history maintenance failed: {e}");
                     }
                 }
                 // Drops are reported as they happen, not only at the end.
                 for s in alerts.stats() {
                     let before = dropped.insert(s.name, s.dropped).unwrap_or(0);
                     if s.dropped > before {
-                        eprintln!(
+                        crate::eprintln_safe!(
                             "gpuwatch: sink {} dropped {} event(s): its queue is full (it is slow or failing{})",
                             s.name,
                             s.dropped - before,

@@ -2,6 +2,9 @@
 //! job fit?". The binary is a thin shell over this library; every front end (snapshot, pick,
 //! the dashboard, the daemon) consumes the same frames from the sampler.
 
+// `print!`/`eprintln!` panic on a failed write: output goes through `stdio` (clippy.toml).
+#![deny(clippy::disallowed_macros)]
+
 pub mod alert;
 pub mod app;
 pub mod cli;
@@ -20,6 +23,7 @@ pub mod sampler;
 pub mod serve;
 pub mod signal;
 pub mod source;
+pub mod stdio;
 pub mod store;
 pub mod triage;
 pub mod tui;

@@ -1,5 +1,7 @@
 //! The `gpuwatch` binary: parse, run, map errors to exit codes. Everything else is the library.
 
+#![deny(clippy::disallowed_macros)]
+
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -9,7 +11,7 @@ fn main() -> ExitCode {
     match gpuwatch::app::run(cli) {
         Ok(code) => ExitCode::from(code),
         Err(failure) => {
-            eprintln!("gpuwatch: {}", failure.message);
+            gpuwatch::eprintln_safe!("gpuwatch: {}", failure.message);
             ExitCode::from(failure.code)
         }
     }

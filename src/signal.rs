@@ -7,11 +7,18 @@
 //! boot time from `/proc/stat` plus field 22 of `/proc/PID/stat`), so a value taken from a
 //! sample compares equal; a tolerance of one second absorbs rounding elsewhere.
 //!
-//! Race-free where the kernel allows: the process is first pinned with a pidfd
-//! (`pidfd_open`, Linux 5.3+), then its identity is checked, then the signal goes through the
-//! pidfd, so a PID reused between the check and the signal can't be hit. Where `pidfd_open`
-//! is unavailable (older kernel, a seccomp filter) it falls back to `kill(2)` after the check,
-//! which leaves a window of microseconds.
+//! A process whose identity can't be pinned is never signalled:
+//!
+//! - [`send`] takes the start time the user was shown, not an `Option`: a row without one (a
+//!   PID not visible in this PID namespace, whose `/proc` entry can't be read) can't be
+//!   checked, and the caller refuses it with [`SignalError::NoIdentity`] instead of sending.
+//! - The process is first pinned with a pidfd (`pidfd_open`, Linux 5.3+), then its identity
+//!   is checked, then the signal goes through the pidfd. If the pinned process is still alive
+//!   when the signal is delivered, it was alive during the check too, so the start time read
+//!   was its own; if it died in between, the signal fails with `ESRCH` and nothing reaches a
+//!   process that took the PID. Without a pidfd (an older kernel, a seccomp filter, no file
+//!   descriptor left) nothing is sent ([`SignalError::NotPinned`]): a check followed by
+//!   `kill(2)` by number would leave a window in which a reused PID is hit.
 //!
 //! The UI drives the sequence (TERM, then KILL if the user asks); nothing here waits.
 
@@ -71,6 +78,28 @@ pub enum SignalError {
         clock(*expected, *found)
     )]
     Reused { pid: u32, expected: u64, found: u64 },
+    /// The caller has no start time for `pid` (it is not visible in this PID namespace, or its
+    /// `/proc` entry can't be read): nothing can tell whether the PID still means the process
+    /// shown, so nothing is sent. [`send`] can't be called without a start time; callers
+    /// report this instead.
+    #[error(
+        "PID {pid} is not visible in this PID namespace: its identity can't be checked, so \
+         gpuwatch will not signal it"
+    )]
+    NoIdentity { pid: u32 },
+    /// No pidfd could be opened for `pid` (`pidfd_open` needs Linux 5.3+; a seccomp filter or
+    /// the descriptor limit can refuse it too): the process can't be pinned between the
+    /// identity check and the signal, so nothing is sent.
+    #[error(
+        "cannot pin PID {pid} with a pidfd ({source}; Linux 5.3+ is needed): without it the \
+         PID could be reused between the check and the signal, so gpuwatch will not signal \
+         it; nothing was sent"
+    )]
+    NotPinned {
+        pid: u32,
+        #[source]
+        source: std::io::Error,
+    },
     /// The kernel refused (`EPERM`): the process belongs to another user and we are not root.
     #[error(
         "not allowed to signal PID {pid} ({}): you can only signal your own processes unless \
@@ -126,24 +155,21 @@ pub fn start_time(pid: u32) -> Option<u64> {
 }
 
 /// Sends `sig` to `pid`, provided it is still the process that started at
-/// `expected_start_time` (Unix seconds, ±[`START_TIME_TOLERANCE`]); `None` skips that check
-/// (the caller has no start time, e.g. the PID is not visible).
+/// `expected_start_time` (Unix seconds, ±[`START_TIME_TOLERANCE`]). There is no way to skip
+/// the check: a caller without a start time must not signal (see
+/// [`SignalError::NoIdentity`]).
 ///
 /// Errors: [`SignalError::Gone`] when no such process exists (a reaped child, PID 0 or a PID
 /// out of range), [`SignalError::Reused`] when its start time differs (nothing is sent),
+/// [`SignalError::NotPinned`] when no pidfd can be opened (nothing is sent),
 /// [`SignalError::PermissionDenied`] when the kernel refuses (another user's process).
-pub fn send(pid: u32, expected_start_time: Option<u64>, sig: Sig) -> Result<(), SignalError> {
+pub fn send(pid: u32, expected_start_time: u64, sig: Sig) -> Result<(), SignalError> {
     send_with(pid, expected_start_time, sig, true)
 }
 
-/// [`send`], with the pidfd path switched off by `use_pidfd: false` (tests of the `kill(2)`
-/// fallback).
-fn send_with(
-    pid: u32,
-    expected_start_time: Option<u64>,
-    sig: Sig,
-    use_pidfd: bool,
-) -> Result<(), SignalError> {
+/// [`send`], with `pidfd_open` made to fail by `use_pidfd: false` (tests of a kernel without
+/// pidfds).
+fn send_with(pid: u32, expected: u64, sig: Sig, use_pidfd: bool) -> Result<(), SignalError> {
     // PID 0 (and negative values) would address process groups in kill(2): never.
     let Some(target) = i32::try_from(pid).ok().and_then(Pid::from_raw) else {
         return Err(SignalError::Gone { pid });
@@ -155,28 +181,29 @@ fn send_with(
         Err(Errno::NOSYS)
     };
     let pidfd = match opened {
-        Ok(fd) => Some(fd),
+        Ok(fd) => fd,
         Err(Errno::SRCH) => return Err(SignalError::Gone { pid }),
-        // ENOSYS (kernel < 5.3), EPERM from a seccomp filter, ...: check, then kill(2).
-        Err(_) => None,
+        // ENOSYS (kernel < 5.3), EPERM from a seccomp filter, EMFILE, ...: the process can't
+        // be pinned, so the check below could be about another process than the one hit.
+        Err(errno) => {
+            return Err(SignalError::NotPinned {
+                pid,
+                source: errno.into(),
+            });
+        }
     };
     let Some((found, uid)) = identity(pid) else {
         return Err(SignalError::Gone { pid });
     };
-    if let Some(expected) = expected_start_time
-        && found.abs_diff(expected) > START_TIME_TOLERANCE
-    {
+    if found.abs_diff(expected) > START_TIME_TOLERANCE {
         return Err(SignalError::Reused {
             pid,
             expected,
             found,
         });
     }
-    let sent = match &pidfd {
-        Some(fd) => rustix::process::pidfd_send_signal(fd, sig.to_rustix()),
-        None => rustix::process::kill_process(target, sig.to_rustix()),
-    };
-    sent.map_err(|errno| error_for(pid, errno, || uid.map(crate::source::procinfo::user_name)))
+    rustix::process::pidfd_send_signal(&pidfd, sig.to_rustix())
+        .map_err(|errno| error_for(pid, errno, || uid.map(crate::source::procinfo::user_name)))
 }
 
 /// The error for a failed signal system call; `owner` is asked only for `EPERM`.
@@ -247,34 +274,37 @@ mod tests {
     }
 
     #[test]
-    fn kill_fallback_checks_identity_too() {
-        use std::os::unix::process::ExitStatusExt;
-
+    fn without_a_pidfd_nothing_is_sent() {
         let mut child = std::process::Command::new("sleep")
             .arg("30")
             .spawn()
             .expect("spawn sleep");
         let pid = child.id();
         let start = start_time(pid).expect("visible");
-        assert!(matches!(
-            send_with(pid, Some(start + 3600), Sig::Kill, false),
-            Err(SignalError::Reused { .. })
-        ));
+        // The right start time, but the process can't be pinned: refused all the same.
+        let err = send_with(pid, start, Sig::Kill, false).expect_err("refused");
+        assert!(matches!(err, SignalError::NotPinned { pid: p, .. } if p == pid));
+        assert!(err.to_string().contains("will not signal it"), "{err}");
         std::thread::sleep(Duration::from_millis(50));
-        assert!(child.try_wait().expect("try_wait").is_none());
-        send_with(pid, Some(start), Sig::Term, false).expect("sent");
-        assert_eq!(child.wait().expect("wait").signal(), Some(15));
-        assert!(matches!(
-            send_with(pid, Some(start), Sig::Term, false),
-            Err(SignalError::Gone { .. } | SignalError::Reused { .. })
-        ));
+        assert!(child.try_wait().expect("try_wait").is_none(), "signalled");
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    #[test]
+    fn no_identity_message() {
+        assert_eq!(
+            SignalError::NoIdentity { pid: 4120 }.to_string(),
+            "PID 4120 is not visible in this PID namespace: its identity can't be checked, so \
+             gpuwatch will not signal it"
+        );
     }
 
     #[test]
     fn invalid_pids_are_gone() {
         for pid in [0, u32::MAX, i32::MAX as u32 + 1] {
             assert!(matches!(
-                send(pid, None, Sig::Kill),
+                send(pid, 0, Sig::Kill),
                 Err(SignalError::Gone { .. })
             ));
         }

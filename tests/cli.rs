@@ -453,24 +453,110 @@ fn completions_and_man_page_come_from_the_cli() {
 #[test]
 fn a_closed_pipe_ends_quietly() {
     use std::io::Read;
-    let mut child = std::process::Command::new(gpuwatch_bin())
-        .args(["--demo", "completions", "bash"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("runs");
-    drop(child.stdout.take());
-    let status = child.wait().expect("exits");
-    let mut err = String::new();
-    child
-        .stderr
-        .take()
-        .expect("stderr")
-        .read_to_string(&mut err)
-        .expect("read");
-    assert!(!err.contains("panicked"), "{err}");
-    assert!(status.code().is_some(), "exited, not killed by SIGPIPE");
+    // `gpuwatch snapshot | head -0`: the reader is gone before anything is written.
+    for args in [
+        &["--demo", "completions", "bash"][..],
+        &["--demo", "snapshot"],
+    ] {
+        let mut child = std::process::Command::new(gpuwatch_bin())
+            .args(args)
+            .env("XDG_CONFIG_HOME", "/nonexistent-gpuwatch-test")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("runs");
+        drop(child.stdout.take());
+        let status = child.wait().expect("exits");
+        let mut err = String::new();
+        child
+            .stderr
+            .take()
+            .expect("stderr")
+            .read_to_string(&mut err)
+            .expect("read");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert_eq!(status.code(), Some(0), "{args:?}: quietly; stderr: {err}");
+    }
     let _ = gpuwatch_cmd;
+}
+
+/// `/dev/full`: every write fails with `ENOSPC`, as on a full disk.
+fn dev_full() -> std::fs::File {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .expect("/dev/full")
+}
+
+/// `run -- sh -c 'exit N' 2>/dev/full` exits N: the report that can't be written must not
+/// turn the job's code into a panic's 101.
+#[test]
+fn run_returns_the_jobs_code_when_stderr_is_full() {
+    let sc = ScenarioFile::new("[[gpu]]\nmemory_total = \"80GiB\"\n");
+    for code in [0, 3] {
+        let status = gpuwatch_cmd(&sc)
+            .args(["run", "--", "sh", "-c"])
+            .arg(format!("echo the job writes to stderr >&2; exit {code}"))
+            .stdout(std::process::Stdio::null())
+            .stderr(dev_full())
+            .status()
+            .expect("gpuwatch runs");
+        assert_eq!(status.code(), Some(code), "the job's code");
+    }
+}
+
+/// `snapshot >/dev/full`: a clear error and exit 1, not a panic; with stderr full as well,
+/// still exit 1.
+#[test]
+fn snapshot_to_a_full_disk_fails_cleanly() {
+    let sc = ScenarioFile::new("[[gpu]]\nmemory_total = \"80GiB\"\n");
+    let o = gpuwatch_cmd(&sc)
+        .arg("snapshot")
+        .stdout(dev_full())
+        .output()
+        .expect("gpuwatch runs");
+    fails_with(&o, 1, "cannot write to stdout: No space left on device");
+    let status = gpuwatch_cmd(&sc)
+        .arg("snapshot")
+        .stdout(dev_full())
+        .stderr(dev_full())
+        .status()
+        .expect("gpuwatch runs");
+    assert_eq!(status.code(), Some(1));
+}
+
+/// The daemon with its log on a full disk keeps serving: its start-up lines fail to write,
+/// `/api/v1/health` answers, and SIGTERM still ends it cleanly (after more log lines).
+#[test]
+fn the_daemon_serves_with_its_log_on_a_full_disk() {
+    let sc = ScenarioFile::new("[[gpu]]\nmemory_total = \"80GiB\"\n");
+    let port = common::free_port();
+    let mut child = gpuwatch_cmd(&sc)
+        .args(["--interval", "200ms", "daemon", "--no-history", "--listen"])
+        .arg(format!("127.0.0.1:{port}"))
+        .stdout(std::process::Stdio::null())
+        .stderr(dev_full())
+        .spawn()
+        .expect("daemon starts");
+    let started = std::time::Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            panic!("the daemon died: {status}");
+        }
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            break;
+        }
+        assert!(started.elapsed() < std::time::Duration::from_secs(20));
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let (status, body) = common::request(port, "/api/v1/health", None);
+    assert_eq!(status, 200, "{body}");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert_eq!(common::request(port, "/api/v1/health", None).0, 200);
+    let pid = rustix::process::Pid::from_child(&child);
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).expect("SIGTERM");
+    let status = child.wait().expect("exits");
+    assert_eq!(status.code(), Some(0), "a clean stop: {status}");
 }
 
 #[test]

@@ -429,3 +429,74 @@ fn the_job_inherits_stdin() {
     let out = child.wait_with_output().unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout), "got-hello\n");
 }
+
+/// Slurm's `--signal=USR1@90` (PyTorch Lightning's auto-requeue), SIGUSR2 and SIGALRM go to
+/// the job; gpuwatch neither dies of them (which would orphan the job) nor keeps them, and
+/// exits with the code the job's handler chose.
+#[test]
+fn usr1_usr2_and_alrm_reach_the_job() {
+    let gw = Gw::new();
+    for (sig, name) in [
+        (Signal::USR1, "USR1"),
+        (Signal::USR2, "USR2"),
+        (Signal::ALARM, "ALRM"),
+    ] {
+        let job = format!(
+            "sleep 30 & s=$!; trap 'echo got {name}; kill $s; exit 7' {name}; echo ready; \
+             wait $s; echo not-signalled; exit 99"
+        );
+        let mut child = gw
+            .run(&["sh", "-c", &job])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        assert_eq!(read_line(&mut out), "ready\n");
+        signal(&child, sig);
+        assert_eq!(rest(out), format!("got {name}\n"), "SIG{name}");
+        assert_eq!(
+            child.wait().unwrap().code(),
+            Some(7),
+            "SIG{name}: the job's code"
+        );
+    }
+}
+
+/// The state letter of `/proc/PID/stat` (`None` once the PID is gone).
+fn proc_state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+/// `kill -9` of gpuwatch: nothing is left to forward a signal, and the job must not live on
+/// unwatched (holding its GPU memory): its parent-death signal ends it.
+#[test]
+fn the_job_does_not_outlive_a_killed_gpuwatch() {
+    let gw = Gw::new();
+    let mut child = gw
+        .run(&["sh", "-c", "echo $$; exec sleep 300"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let job: u32 = read_line(&mut out).trim().parse().expect("the job's PID");
+    assert!(proc_state(job).is_some(), "the job runs");
+    signal(&child, Signal::KILL);
+    child.wait().unwrap();
+    let started = std::time::Instant::now();
+    // Gone, or a zombie waiting for whoever adopted it to reap it.
+    while proc_state(job).is_some_and(|s| s != 'Z') {
+        if started.elapsed() > std::time::Duration::from_secs(5) {
+            let _ = kill_process(
+                Pid::from_raw(i32::try_from(job).unwrap()).unwrap(),
+                Signal::KILL,
+            );
+            panic!("the job (PID {job}) outlived gpuwatch by 5 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    eprintln!(
+        "the job was gone {:.0} ms after gpuwatch was killed",
+        started.elapsed().as_secs_f64() * 1000.0
+    );
+}

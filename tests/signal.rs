@@ -36,15 +36,16 @@ fn term_kills_a_child() {
     let mut child = sleeper();
     let pid = child.id();
     let start = signal::start_time(pid).expect("visible");
-    signal::send(pid, Some(start), Sig::Term).expect("signal sent");
+    signal::send(pid, start, Sig::Term).expect("signal sent");
     let status = child.wait().expect("wait");
     assert_eq!(status.signal(), Some(15));
 }
 
 #[test]
-fn kill_without_start_time_kills_a_child() {
+fn kill_with_the_start_time_kills_a_child() {
     let mut child = sleeper();
-    signal::send(child.id(), None, Sig::Kill).expect("signal sent");
+    let start = signal::start_time(child.id()).expect("visible");
+    signal::send(child.id(), start, Sig::Kill).expect("signal sent");
     assert_eq!(child.wait().expect("wait").signal(), Some(9));
 }
 
@@ -53,7 +54,7 @@ fn one_second_off_is_the_same_process() {
     let mut child = sleeper();
     let pid = child.id();
     let start = signal::start_time(pid).expect("visible");
-    signal::send(pid, Some(start + 1), Sig::Term).expect("within tolerance");
+    signal::send(pid, start + 1, Sig::Term).expect("within tolerance");
     assert_eq!(child.wait().expect("wait").signal(), Some(15));
 }
 
@@ -62,7 +63,7 @@ fn reused_pid_is_refused_and_nothing_sent() {
     let mut child = sleeper();
     let pid = child.id();
     let start = signal::start_time(pid).expect("visible");
-    let err = signal::send(pid, Some(start - 3600), Sig::Kill).expect_err("refused");
+    let err = signal::send(pid, start - 3600, Sig::Kill).expect_err("refused");
     match &err {
         SignalError::Reused {
             pid: p,
@@ -91,7 +92,7 @@ fn reaped_child_is_gone() {
     child.kill().expect("kill");
     child.wait().expect("wait");
     // The PID could in theory be reused by now; then the start time tells it apart.
-    match signal::send(pid, Some(start), Sig::Term) {
+    match signal::send(pid, start, Sig::Term) {
         Err(SignalError::Gone { pid: p }) => assert_eq!(p, pid),
         Err(SignalError::Reused { .. }) => {}
         other => panic!("expected Gone, got {other:?}"),
@@ -106,7 +107,7 @@ fn pid1_with_wrong_start_time_is_refused() {
     let Some(start) = signal::start_time(1) else {
         return; // PID 1 not visible in this namespace.
     };
-    let err = signal::send(1, Some(start.saturating_sub(3600)), Sig::Kill).expect_err("refused");
+    let err = signal::send(1, start.saturating_sub(3600), Sig::Kill).expect_err("refused");
     assert!(matches!(err, SignalError::Reused { pid: 1, .. }), "{err:?}");
 }
 
@@ -120,7 +121,7 @@ fn pid1_permission_denied_when_not_root() {
     let Some(start) = signal::start_time(1) else {
         return;
     };
-    let err = signal::send(1, Some(start), Sig::Term).expect_err("refused");
+    let err = signal::send(1, start, Sig::Term).expect_err("refused");
     match &err {
         SignalError::PermissionDenied { pid: 1, owner } => {
             assert!(owner.is_some());

@@ -163,7 +163,7 @@ fn kill_asks_then_sends_term_then_kill() {
         effect,
         Effect::Signal {
             pid: 2101,
-            start_time: k.start_time,
+            start_time: k.start_time.expect("the demo's rows have start times"),
             sig: Sig::Term
         }
     );
@@ -181,6 +181,38 @@ fn kill_asks_then_sends_term_then_kill() {
     );
     st.update(Command::Back);
     assert!(st.kill.is_none());
+}
+
+/// A row without a start time (the PID is not visible in this PID namespace) can't be tied to
+/// a process: the dialog says why at once, and neither `y` nor `9` yields a signal.
+#[test]
+fn a_row_without_a_start_time_is_never_signalled() {
+    let (mut st, src) = demo_state(SourceKind::Live);
+    let mut f = (*frame(&src, 2, DEMO_START + 1.0, SourceKind::Live)).clone();
+    for p in f
+        .sample
+        .gpus
+        .iter_mut()
+        .flat_map(|g| g.processes.iter_mut())
+    {
+        p.host.start_time = None;
+    }
+    st.on_frame(Arc::new(f));
+    st.update(Command::SortBy(SortKey::Pid));
+    st.update(Command::Home);
+    st.update(Command::Kill);
+    let k = st.kill.clone().expect("dialog");
+    assert_eq!(k.pid, 2101);
+    assert_eq!(
+        k.stage,
+        KillStage::Failed(
+            "PID 2101 is not visible in this PID namespace: its identity can't be checked, so \
+             gpuwatch will not signal it"
+                .into()
+        )
+    );
+    assert_eq!(st.update(Command::Confirm), Effect::None);
+    assert_eq!(st.update(Command::ConfirmKill), Effect::None);
 }
 
 #[test]

@@ -19,6 +19,12 @@ impl Tmux {
     /// Starts `command` in a detached 120×40 session. The pane's shell reports the exit code
     /// and the terminal modes once gpuwatch is gone.
     fn start(name: &str, env: &[(&str, String)], args: &str) -> Self {
+        Self::start_in(name, env, "", args)
+    }
+
+    /// [`Tmux::start`], with gpuwatch run under `wrapper` (a command line its path and
+    /// arguments are appended to).
+    fn start_in(name: &str, env: &[(&str, String)], wrapper: &str, args: &str) -> Self {
         assert!(
             Command::new("tmux")
                 .arg("-V")
@@ -32,7 +38,7 @@ impl Tmux {
             acc
         });
         let script = format!(
-            "{exports}'{}' {args}; echo \"EXITED rc=$?\"; stty -a | tr ' ;' '\\n\\n' | grep -x -e icanon -e -icanon -e echo -e -echo | tr '\\n' ' '; echo; sleep 60",
+            "{exports}{wrapper} '{}' {args}; echo \"EXITED rc=$?\"; stty -a | tr ' ;' '\\n\\n' | grep -x -e icanon -e -icanon -e echo -e -echo | tr '\\n' ' '; echo; sleep 60",
             gpuwatch_bin()
         );
         let status = Command::new("tmux")
@@ -57,6 +63,54 @@ impl Tmux {
             .expect("tmux runs");
         assert!(status.success());
         Self { socket }
+    }
+
+    /// An interactive `bash` (job control on, prompt `$ `) in a detached 120×40 session, for
+    /// the tests that stop gpuwatch and bring it back with `fg`.
+    fn interactive(name: &str) -> Self {
+        let socket = format!("gpuwatch-test-{}-{name}", std::process::id());
+        let status = Command::new("tmux")
+            .args([
+                "-L",
+                &socket,
+                "-f",
+                "/dev/null",
+                "new-session",
+                "-d",
+                "-s",
+                "t",
+                "-x",
+                "120",
+                "-y",
+                "40",
+            ])
+            .arg("env PS1='$ ' bash --norc --noprofile -i")
+            .env("NO_COLOR", "1")
+            .env("XDG_CONFIG_HOME", "/nonexistent-gpuwatch-test")
+            .status()
+            .expect("tmux runs");
+        assert!(status.success());
+        Self { socket }
+    }
+
+    /// Types `line` and Enter.
+    fn type_line(&self, line: &str) {
+        self.tmux(&["send-keys", "-t", "t", "-l", line]);
+        self.tmux(&["send-keys", "-t", "t", "Enter"]);
+    }
+
+    /// The pane's modes a full-screen program sets: alternate screen, cursor visible, mouse
+    /// reporting.
+    fn modes(&self) -> String {
+        self.tmux(&[
+            "display",
+            "-p",
+            "-t",
+            "t",
+            "alt=#{alternate_on} cursor=#{cursor_flag} mouse=#{mouse_any_flag}#{mouse_button_flag}#{mouse_standard_flag}#{mouse_sgr_flag}",
+        ])
+        .trim()
+        .to_string()
     }
 
     fn tmux(&self, args: &[&str]) -> String {
@@ -192,6 +246,71 @@ fn sigterm_restores_the_terminal() {
     assert!(s.contains("EXITED rc=0"), "{s}");
     assert!(!t.alternate_screen());
     assert!(s.contains("icanon echo"), "raw mode undone:\n{s}");
+}
+
+/// The modes a shell expects back: main screen, cursor shown, no mouse reporting.
+const RESTORED: &str = "alt=0 cursor=1 mouse=0000";
+
+#[test]
+fn sigquit_restores_the_terminal() {
+    let t = Tmux::start("quit", &[], "--demo");
+    t.wait_for("the dashboard", |s| s.contains("GPU 0 H200"));
+    assert_ne!(t.modes(), RESTORED, "the dashboard's modes are on");
+    let pid = t.gpuwatch_pid();
+    let status = Command::new("kill")
+        .args(["-QUIT", &pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    let s = t.wait_for("exit after SIGQUIT", |s| {
+        s.contains("EXITED") && s.contains("icanon")
+    });
+    assert!(s.contains("EXITED rc=0"), "{s}");
+    assert_eq!(t.modes(), RESTORED);
+    assert!(s.contains("icanon echo"), "raw mode undone:\n{s}");
+}
+
+/// `kill -TSTP` (Ctrl-Z is a key in raw mode, so a stop comes from outside): the shell gets
+/// its terminal back as it was, and `fg` brings the dashboard back, redrawn in its modes.
+#[test]
+fn sigtstp_restores_the_terminal_and_fg_redraws() {
+    let t = Tmux::interactive("tstp");
+    t.wait_for("the prompt", |s| s.contains('$'));
+    t.type_line(&format!("'{}' --demo --interval 200ms", gpuwatch_bin()));
+    t.wait_for("the dashboard", |s| s.contains("GPU 0 H200"));
+    let on = t.modes();
+    assert!(on.starts_with("alt=1 cursor=0 mouse=1"), "{on}");
+    let pid = t.gpuwatch_pid();
+    let status = Command::new("kill")
+        .args(["-TSTP", &pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    let s = t.wait_for("the shell's job control", |s| s.contains("Stopped"));
+    assert_eq!(t.modes(), RESTORED, "modes restored on stop:\n{s}");
+    t.type_line(
+        "stty -a | tr ' ;' '\\n\\n' | grep -x -e icanon -e -icanon -e echo -e -echo | tr '\\n' ' '; echo END-\"\"OF-MODES",
+    );
+    // The command line shows `END-""OF-MODES`, only its output `END-OF-MODES`.
+    let s = t.wait_for("stty", |s| s.contains("END-OF-MODES"));
+    assert!(
+        s.contains("icanon echo END-OF-MODES"),
+        "cooked mode on stop:\n{s}"
+    );
+    // Back in the foreground: the modes again, and a full redraw.
+    t.type_line("fg");
+    let started = Instant::now();
+    while t.modes() == RESTORED {
+        assert!(started.elapsed() < Duration::from_secs(10), "not resumed");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let s = t.wait_for("the redrawn dashboard", |s| {
+        s.contains("GPU 0 H200") && !s.contains("Stopped") && !s.contains("END-OF-MODES")
+    });
+    assert_eq!(t.modes(), on, "the dashboard's modes again:\n{s}");
+    t.keys(&["q"]);
+    t.wait_for("the prompt again", |s| s.trim_end().ends_with('$'));
+    assert_eq!(t.modes(), RESTORED);
 }
 
 #[test]
@@ -340,4 +459,113 @@ fn the_remote_dashboard_follows_a_daemon_and_says_when_it_is_gone() {
     );
     t.keys(&["q"]);
     t.wait_for("a clean exit", |s| s.contains("EXITED rc=0"));
+}
+
+/// The PID a scenario row names, inside the dashboard's own PID namespace (see
+/// [`a_pid_not_visible_here_is_never_signalled`]).
+const TAKEN_PID: u32 = 20_000;
+
+/// PID 1 of the dashboard's PID namespace: starts gpuwatch (`"$@"`) and, once the test writes
+/// to the FIFO `$1/take`, a `sleep` with PID `TAKEN_PID` — the process that took the PID of a
+/// row after the kill dialog opened. Its PID goes to `$1/pid`, how it ended to `$1/exit`.
+/// Nothing forks while it waits (a FIFO, not a polling loop), so PIDs stay predictable.
+const TAKER: &str = r#"dir=$1; shift
+(
+  read _ < "$dir/take"
+  echo $((TAKEN_PID - 1)) > /proc/sys/kernel/ns_last_pid
+  sleep 300 &
+  echo $! > "$dir/pid"
+  wait $!
+  echo "rc=$?" > "$dir/exit"
+) &
+"$@"
+"#;
+
+/// The issue's attack: a row "not visible here" (no start time) whose PID is taken by another
+/// process after the kill dialog opened. `y` (SIGTERM) then `9` (SIGKILL) must not reach it,
+/// and the dialog says why. The dashboard runs in a PID namespace of its own (`unshare`, a
+/// user namespace too, so no privileges are needed) where the test can hand that PID to a new
+/// process at will.
+#[test]
+fn a_pid_not_visible_here_is_never_signalled() {
+    let ns_ok = Command::new("unshare")
+        .args(["-Urpf", "--mount-proc", "true"])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        ns_ok,
+        "this test needs `unshare -Urpf --mount-proc` (util-linux, user namespaces enabled)"
+    );
+    let sc = ScenarioFile::new(&format!(
+        "[[gpu]]\nmemory_total = \"80GiB\"\n[[gpu.process]]\npid = {TAKEN_PID}\nused = \"30GiB\"\n"
+    ));
+    let dir = sc.dir.path();
+    let fifo = dir.join("take");
+    assert!(
+        Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .is_ok_and(|s| s.success())
+    );
+    let taker = dir.join("taker.sh");
+    std::fs::write(&taker, TAKER).expect("write the wrapper");
+    let env = [
+        ("GPUWATCH_NVML_LIB", fake_nvml().display().to_string()),
+        ("FAKE_NVML_SCENARIO", sc.path.display().to_string()),
+        ("TAKEN_PID", TAKEN_PID.to_string()),
+    ];
+    let t = Tmux::start_in(
+        "nsreuse",
+        &env,
+        &format!(
+            "unshare -Urpf --mount-proc sh '{}' '{}'",
+            taker.display(),
+            dir.display()
+        ),
+        "--interval 200ms",
+    );
+    t.wait_for("the row that is not visible here", |s| {
+        s.contains(&format!(" {TAKEN_PID} ")) && s.contains("not visible")
+    });
+    t.keys(&["K"]);
+    let s = t.wait_for("the dialog", |s| s.contains("signal a process"));
+    // Now another process takes the PID.
+    std::fs::write(&fifo, "go\n").expect("wake the taker");
+    let started = Instant::now();
+    let pid = loop {
+        if let Some(p) = std::fs::read_to_string(dir.join("pid"))
+            .ok()
+            .and_then(|p| p.trim().parse::<u32>().ok())
+        {
+            break p;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "no taker");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(pid, TAKEN_PID, "the new process took the row's PID");
+    // Both keys of the sequence.
+    t.keys(&["y"]);
+    std::thread::sleep(Duration::from_millis(300));
+    t.keys(&["9"]);
+    std::thread::sleep(Duration::from_millis(700));
+    let after = t.screen();
+    assert!(
+        !dir.join("exit").exists(),
+        "the process that took PID {TAKEN_PID} was signalled: {:?}\n{after}",
+        std::fs::read_to_string(dir.join("exit"))
+    );
+    let said = format!(
+        "PID {TAKEN_PID} is not visible in this PID namespace: its identity can't be checked"
+    );
+    let flat = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        flat(&s.replace('│', " ")).contains(&said),
+        "the dialog says why:\n{s}"
+    );
+    assert!(
+        !after.contains("SIGTERM sent") && !after.contains("SIGKILL sent"),
+        "{after}"
+    );
+    t.keys(&["Escape", "q"]);
+    t.wait_for("exit", |s| s.contains("EXITED rc=0"));
 }

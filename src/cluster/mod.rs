@@ -16,12 +16,11 @@ use std::time::{Duration, SystemTime};
 use crossterm::event::{Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use ratatui::Terminal;
 use ratatui::backend::CrosstermBackend;
-use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc::UnboundedSender;
 
 pub use query::{ClusterRow, PromClient, QueryResults, Series, SortKey, overview, rows, sort};
 
-use crate::tui::terminal::TerminalGuard;
+use crate::tui::terminal::{ScreenSignal, ScreenSignals, TerminalGuard};
 use crate::tui::theme::Theme;
 
 /// How often the overview queries Prometheus.
@@ -345,9 +344,7 @@ async fn run_loop(
     options: &ClusterOptions,
     stop: &Arc<AtomicBool>,
 ) -> std::io::Result<ClusterExit> {
-    let mut sigterm = signal(SignalKind::terminate())?;
-    let mut sighup = signal(SignalKind::hangup())?;
-    let mut sigint = signal(SignalKind::interrupt())?;
+    let mut signals = ScreenSignals::new()?;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Msg>();
 
     spawn_input(tx.clone(), Arc::clone(stop))?;
@@ -368,9 +365,13 @@ async fn run_loop(
         term.draw(|f| view::render(f, &state, theme))?;
         let msg = tokio::select! {
             m = rx.recv() => m,
-            _ = sigterm.recv() => break ClusterExit::Quit,
-            _ = sighup.recv() => break ClusterExit::Quit,
-            _ = sigint.recv() => break ClusterExit::Quit,
+            sig = signals.recv() => match sig? {
+                ScreenSignal::Quit => break ClusterExit::Quit,
+                ScreenSignal::Resumed => {
+                    crate::tui::terminal::repaint(&mut term)?;
+                    continue;
+                }
+            },
             _ = tick.tick() => continue,
         };
         let Some(msg) = msg else {

@@ -20,10 +20,13 @@
 //!
 //! # Signals
 //!
-//! While the job runs gpuwatch catches SIGTERM, SIGHUP, SIGINT, SIGQUIT and SIGWINCH (it never
-//! dies of them; it waits and exits with the job's status):
+//! While the job runs gpuwatch catches SIGTERM, SIGHUP, SIGINT, SIGQUIT, SIGUSR1, SIGUSR2,
+//! SIGALRM and SIGWINCH (it never dies of them; it waits and exits with the job's status):
 //!
-//! - SIGTERM and SIGHUP are always forwarded to the job.
+//! - SIGTERM, SIGHUP, SIGUSR1, SIGUSR2 and SIGALRM are always forwarded to the job. (Slurm's
+//!   `--signal=USR1@90`, which PyTorch Lightning's auto-requeue waits for, must reach the job,
+//!   not end the wrapper and orphan the job; gpuwatch sets no timers of its own, so a SIGALRM
+//!   is always someone's message for the job.)
 //! - SIGINT and SIGQUIT are forwarded only when a process sent them (`kill(2)`, `tkill`,
 //!   `sigqueue`: `si_code` `SI_USER`/`SI_TKILL`/`SI_QUEUE`, which `signal-hook` reports as
 //!   [`Cause::Sent`]). The terminal driver sends Ctrl-C/Ctrl-\ to the whole foreground process
@@ -35,6 +38,16 @@
 //! - SIGWINCH copies our window size to the job's pseudo-terminals, then is sent to the job
 //!   (it also got the terminal's own, possibly before the size was updated; a second one is
 //!   harmless).
+//!
+//! When gpuwatch dies without its orderly path (`SIGKILL`, the OOM killer, a crash) nothing is
+//! left to forward anything: the job is started with a parent-death signal, `SIGKILL`
+//! ([`pdeathsig`]), so it does not live on unwatched, holding its GPU memory. `SIGKILL`, not
+//! `SIGTERM`: every catchable way gpuwatch can be asked to stop already reaches the job as the
+//! signal that was sent, so this case is only the uncatchable one; by then the job's output
+//! pipes have lost their reader and its next write fails anyway, and a job that traps or
+//! ignores `SIGTERM` would go on unseen. The signal follows the thread that spawned the job:
+//! [`spawn`] is called on the main thread, which lives as long as gpuwatch. It is not inherited
+//! by the job's own children, and a set-user-ID program (`sudo`) clears it.
 //!
 //! Forwarding stops before the job is reaped (it is waited for with `WNOWAIT` first), so a
 //! signal can never hit a recycled PID. Once no job runs any more these signals take their
@@ -54,7 +67,7 @@ use std::time::{Duration, Instant, SystemTime};
 use rustix::event::{PollFd, PollFlags, Timespec, poll};
 use rustix::io::Errno;
 use rustix::process::{Pid, Signal, WaitId, WaitIdOptions, kill_process, waitid};
-use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGWINCH};
+use signal_hook::consts::{SIGALRM, SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2, SIGWINCH};
 use signal_hook::iterator::SignalsInfo;
 use signal_hook::iterator::exfiltrator::WithOrigin;
 use signal_hook::low_level::siginfo::{Cause, Origin};
@@ -69,9 +82,11 @@ const DRAIN_QUIET: Duration = Duration::from_millis(100);
 const DRAIN_MAX: Duration = Duration::from_secs(2);
 
 /// The signals caught while a job runs.
-const CAUGHT: [i32; 5] = [SIGTERM, SIGHUP, SIGINT, SIGQUIT, SIGWINCH];
+const CAUGHT: [i32; 8] = [
+    SIGTERM, SIGHUP, SIGINT, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM, SIGWINCH,
+];
 /// The ones that would end gpuwatch by default (emulated once no job runs).
-const FATAL: [i32; 4] = [SIGTERM, SIGHUP, SIGINT, SIGQUIT];
+const FATAL: [i32; 7] = [SIGTERM, SIGHUP, SIGINT, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM];
 
 /// What to run.
 #[derive(Debug, Clone, Default)]
@@ -178,7 +193,7 @@ pub fn signal_name(signal: i32) -> String {
 /// Whether a caught signal goes on to the job (the rule in the module docs).
 pub fn should_forward(signal: i32, cause: Cause) -> bool {
     match signal {
-        SIGTERM | SIGHUP => true,
+        SIGTERM | SIGHUP | SIGUSR1 | SIGUSR2 | SIGALRM => true,
         SIGINT | SIGQUIT => matches!(cause, Cause::Sent(_)),
         _ => false,
     }
@@ -199,7 +214,9 @@ pub struct Running {
     tail: Arc<Mutex<Tail>>,
 }
 
-/// Starts the job.
+/// Starts the job. Call it from a thread that lives as long as the job is to (the main
+/// thread): the job's parent-death signal fires when the spawning thread ends (see the module
+/// docs).
 ///
 /// Errors name the program: "cannot run 'foo': No such file or directory (os error 2)"; the
 /// kind is the underlying one (`NotFound`, `PermissionDenied`, …).
@@ -227,6 +244,7 @@ pub fn spawn(spec: &ChildSpec, limits: TailLimits) -> io::Result<Running> {
         .stdin(Stdio::inherit())
         .stdout(Stdio::from(out_child))
         .stderr(Stdio::from(err_child));
+    pdeathsig::die_with_parent(&mut command, pdeathsig::Signal::KILL);
     let started = SystemTime::now();
     let mut child = command.spawn().map_err(fail)?;
     // Close our copies of the job's ends, or the relays would never see end of file.
@@ -638,8 +656,9 @@ mod tests {
     fn forwarding_rule() {
         let kill = Cause::Sent(Sent::User);
         for cause in [Cause::Kernel, kill, Cause::Unknown] {
-            assert!(should_forward(SIGTERM, cause));
-            assert!(should_forward(SIGHUP, cause));
+            for sig in [SIGTERM, SIGHUP, SIGUSR1, SIGUSR2, SIGALRM] {
+                assert!(should_forward(sig, cause));
+            }
         }
         for sig in [SIGINT, SIGQUIT] {
             assert!(should_forward(sig, kill));

@@ -184,7 +184,7 @@ pub fn spawn(listener: std::net::TcpListener, shared: Arc<Shared>) -> Result<(),
     let app = router(shared);
     tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app).await {
-            eprintln!("gpuwatch: the HTTP server stopped: {e}");
+            crate::eprintln_safe!("gpuwatch: the HTTP server stopped: {e}");
         }
     });
     Ok(())

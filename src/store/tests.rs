@@ -1,3 +1,6 @@
+// Figures go to the test log.
+#![allow(clippy::disallowed_macros)]
+
 use super::*;
 use crate::model::{GpuSample, HostProc, Memory, ProcKind, ProcSample};
 

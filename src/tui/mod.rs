@@ -16,7 +16,6 @@ use std::time::{Duration, Instant, SystemTime};
 use crossterm::event::{Event, KeyEventKind, MouseButton, MouseEventKind};
 use ratatui::Terminal;
 use ratatui::backend::CrosstermBackend;
-use tokio::signal::unix::{SignalKind, signal};
 
 use crate::sampler::{FrameRx, Sampler};
 use crate::signal::Sig;
@@ -75,8 +74,9 @@ pub fn perform(state: &mut UiState, effect: Effect) {
                 Ok(()) => tracing::info!(pid, signal = sig.name(), "signal sent"),
                 Err(e) => tracing::warn!(pid, signal = sig.name(), error = %e, "signal not sent"),
             }
+            let sent = result.is_ok();
             state.signal_result(sig, result);
-            if sig == Sig::Kill {
+            if sig == Sig::Kill && sent {
                 state.message = Some(format!("SIGKILL sent to PID {pid}"));
             }
         }
@@ -198,9 +198,7 @@ pub fn run_feed(feed: Feed<'_>, watch: WatchSet, options: &TuiOptions) -> std::i
 }
 
 async fn run_loop(feed: Feed<'_>, watch: WatchSet, options: &TuiOptions) -> std::io::Result<()> {
-    let mut sigterm = signal(SignalKind::terminate())?;
-    let mut sighup = signal(SignalKind::hangup())?;
-    let mut sigint = signal(SignalKind::interrupt())?;
+    let mut signals = terminal::ScreenSignals::new()?;
     let guard = terminal::TerminalGuard::enter()?;
     let mut term: Terminal<CrosstermBackend<Stdout>> =
         Terminal::new(CrosstermBackend::new(std::io::stdout()))?;
@@ -252,9 +250,17 @@ async fn run_loop(feed: Feed<'_>, watch: WatchSet, options: &TuiOptions) -> std:
                 }
                 None => Effect::Quit,
             },
-            _ = sigterm.recv() => Effect::Quit,
-            _ = sighup.recv() => Effect::Quit,
-            _ = sigint.recv() => Effect::Quit,
+            sig = signals.recv() => match sig? {
+                terminal::ScreenSignal::Quit => Effect::Quit,
+                terminal::ScreenSignal::Resumed => {
+                    // Back from a stop: the screen is the shell's, draw all of it again.
+                    terminal::repaint(&mut term)?;
+                    let size = term.size()?;
+                    state.size = (size.width, size.height);
+                    dirty = true;
+                    Effect::None
+                }
+            },
             changed = frames.changed(), if source_open => {
                 dirty = true;
                 if changed.is_ok() {

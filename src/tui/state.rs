@@ -111,9 +111,11 @@ pub enum Command {
 pub enum Effect {
     None,
     Quit,
+    /// Signal `pid` if it is still the process that started at `start_time` (a row without a
+    /// start time is never signalled: there is nothing to check the PID against).
     Signal {
         pid: u32,
-        start_time: Option<u64>,
+        start_time: u64,
         sig: Sig,
     },
     LoadDetail(u32),
@@ -133,6 +135,7 @@ pub enum View {
 #[derive(Debug, Clone, PartialEq)]
 pub struct KillPrompt {
     pub pid: u32,
+    /// The start time shown; `None` (the PID is not visible here) means no signal can be sent.
     pub start_time: Option<u64>,
     /// How the process was shown: "bob: python eval.py … (62.0GiB on GPU 3)".
     pub label: String,
@@ -813,11 +816,19 @@ impl UiState {
         let mem = p
             .used_bytes
             .map_or_else(|| "n/a".to_string(), crate::output::fmt_bytes);
+        // Without a start time the PID can't be tied to the process shown: say so at once,
+        // and offer nothing to confirm.
+        let stage = match p.host.start_time {
+            Some(_) => KillStage::Confirm,
+            None => {
+                KillStage::Failed(crate::signal::SignalError::NoIdentity { pid: p.pid }.to_string())
+            }
+        };
         self.kill = Some(KillPrompt {
             pid: p.pid,
             start_time: p.host.start_time,
             label: format!("{who}: {what} ({mem} on GPU {})", g.index),
-            stage: KillStage::Confirm,
+            stage,
         });
     }
 
@@ -829,12 +840,12 @@ impl UiState {
             Sig::Term => k.stage == KillStage::Confirm,
             Sig::Kill => k.stage == KillStage::TermSent,
         };
-        if !allowed {
+        let Some(start_time) = k.start_time.filter(|_| allowed) else {
             return Effect::None;
-        }
+        };
         Effect::Signal {
             pid: k.pid,
-            start_time: k.start_time,
+            start_time,
             sig,
         }
     }

@@ -89,9 +89,27 @@ pub fn run(cli: Cli) -> Result<u8> {
                 crate::serve::Options::from_args(&args, &config.daemon).map_err(Failure::setup)?;
             let sampler = start(&cli.global, &config, None, None, true)?;
             let watch = watch_set(&config, &sampler.info());
-            let history = (!args.no_history)
-                .then(|| args.history.clone().or_else(crate::store::default_path))
-                .flatten();
+            // A simulated source (--demo, --scenario, --replay) records no history unless asked
+            // with --history PATH: its jobs must not enter the real history.
+            let simulated = [
+                (cli.global.demo, "--demo"),
+                (cli.global.scenario.is_some(), "--scenario"),
+                (cli.global.replay.is_some(), "--replay"),
+            ]
+            .into_iter()
+            .find_map(|(on, flag)| on.then_some(flag));
+            let history = match (&args.history, simulated) {
+                _ if args.no_history => None,
+                (Some(path), _) => Some(path.clone()),
+                (None, Some(flag)) => {
+                    crate::eprintln_safe!(
+                        "gpuwatch: no local history: the source is simulated ({flag}); pass \
+                         --history PATH to record it in a file of its own"
+                    );
+                    None
+                }
+                (None, None) => crate::store::default_path(),
+            };
             crate::daemon::run(&sampler, &watch, &config, server, history.as_deref())
                 .map_err(Failure::setup)?;
             Ok(0)

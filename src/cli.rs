@@ -175,7 +175,9 @@ pub struct DaemonArgs {
     /// 256MiB].
     #[arg(long, value_name = "SIZE")]
     pub metrics_floor: Option<bytesize::ByteSize>,
-    /// The local history database [default: `$XDG_STATE_HOME/gpuwatch/history.sqlite`].
+    /// The local history database [default: `$XDG_STATE_HOME/gpuwatch/history.sqlite`; none
+    /// with a simulated source (--demo, --scenario, --replay) unless given]. One daemon at a
+    /// time writes a file (it holds `PATH.lock`).
     #[arg(long, value_name = "PATH", conflicts_with = "no_history")]
     pub history: Option<std::path::PathBuf>,
     /// Do not record the local history.

@@ -1,5 +1,5 @@
 //! `gpuwatch daemon`: the pipeline without a screen — sampler, history, detector, alert sinks —
-//! logging plain lines to stderr, until SIGTERM or SIGINT.
+//! logging plain lines to stderr, until SIGTERM, SIGINT or SIGHUP (each a clean stop).
 //!
 //! The HTTP side (`/metrics`, the JSON API, SSE; see [`crate::serve`]) runs on the same
 //! runtime; the loop publishes the latest frame, the open findings and the growth after each
@@ -30,16 +30,20 @@ pub fn run(
     let listener = crate::serve::bind(server.listen)?;
     // The local history is worth having, not worth stopping for: a file that cannot be opened
     // is reported and the daemon runs without it.
-    let mut store = history_path.and_then(|path| match crate::store::Store::open(path) {
-        Ok(store) => {
-            crate::eprintln_safe!("gpuwatch: recording history in {}", path.display());
+    // A file that is the wrong one (another daemon's, another program's, a newer schema's)
+    // stops the start: running on would lose the history or double it.
+    let mut store = match history_path.map(crate::store::Store::open) {
+        None => None,
+        Some(Ok(store)) => {
+            crate::eprintln_safe!("gpuwatch: recording history in {}", store.path().display());
             Some(store)
         }
-        Err(e) => {
+        Some(Err(e)) if e.is_refusal() => return Err(e.to_string()),
+        Some(Err(e)) => {
             crate::eprintln_safe!("gpuwatch: no local history: {e}");
             None
         }
-    });
+    };
     let bound = listener
         .local_addr()
         .map_err(|e| format!("cannot listen on {}: {e}", server.listen))?;
@@ -118,6 +122,10 @@ async fn pipeline(
     let mut last_maintain = std::time::Instant::now();
     let mut sigterm = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
     let mut sigint = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
+    // SIGHUP (the terminal or the session went away; `systemctl reload` without a reload
+    // command) stops the daemon cleanly too: the history checkpointed, the alerts flushed.
+    // There is no configuration reload: restart the daemon to apply a new configuration.
+    let mut sighup = signal(SignalKind::hangup()).map_err(|e| e.to_string())?;
     let mut frames = sampler.frames();
     // Compact: the daemon's memory is mostly this history (8 GPUs × 64 processes × 10 min).
     let mut history = crate::detect::compact_history(config.history.window, &config.detect);
@@ -138,6 +146,10 @@ async fn pipeline(
             biased;
             _ = sigterm.recv() => break,
             _ = sigint.recv() => break,
+            _ = sighup.recv() => {
+                crate::eprintln_safe!("gpuwatch: SIGHUP: stopping (there is no reload; restart to apply a new configuration)");
+                break;
+            }
             changed = frames.changed(), if source_open => {
                 if changed.is_err() {
                     source_open = false;

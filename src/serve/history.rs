@@ -150,8 +150,8 @@ pub async fn handler(
     let Some(path) = shared.options.history.clone() else {
         return error(
             StatusCode::NOT_FOUND,
-            "this daemon records no history (it runs with --no-history, or its history file \
-             could not be opened)",
+            "this daemon records no history (it runs with --no-history, or on a simulated \
+             source without --history PATH, or its history file could not be opened)",
         );
     };
     let now = std::time::SystemTime::now()

@@ -10,6 +10,8 @@
 //! `~/.local/state/gpuwatch/history.sqlite` ([`default_path`]). WAL journal,
 //! `synchronous=NORMAL` (a crash can lose the last transactions, never corrupt the file),
 //! `auto_vacuum=INCREMENTAL` so that deleted data gives its pages back to the file system.
+//! `PRAGMA application_id` is `0x47505577` ("GPUw"): any other SQLite file is refused without a
+//! write, and one daemon at a time writes a file (the lock `<file>.lock`); see `file.rs`.
 //! The writer's page cache is 1 MiB (SQLite's default is 2): it appends at the right edge of
 //! each table, and the daemon's memory target is 20 MiB.
 //!
@@ -25,6 +27,7 @@
 //! gpu(id INTEGER PRIMARY KEY, uuid TEXT UNIQUE, name TEXT)
 //! process(id INTEGER PRIMARY KEY, pid, start_time /* unix s, NULL unknown */, user, command,
 //!         container, first_seen /* ms */, last_seen /* ms, refreshed every minute */)
+//!   -- indexes: (last_seen), (pid, start_time)
 //! -- full resolution, the last hour (`StoreOptions::raw_keep`)
 //! gpu_sample(t, gpu, gpu_index, used, total, util, mem_util, temp, power_mw, lost,
 //!            PRIMARY KEY (t, gpu)) WITHOUT ROWID
@@ -46,6 +49,7 @@
 //! deleted, then whole hours are deleted oldest first until the file is under `max_bytes`
 //! (200 MiB).
 
+mod file;
 mod time;
 
 #[cfg(test)]
@@ -60,6 +64,7 @@ use serde::Serialize;
 
 use crate::model::Sample;
 
+pub use file::{APPLICATION_ID, lock_path};
 pub use time::{parse_since, parse_time};
 
 /// Why the store could not do something. Always names the file.
@@ -77,6 +82,26 @@ pub enum StoreError {
         action: &'static str,
         source: std::io::Error,
     },
+    /// Another daemon writes this file.
+    #[error(
+        "history store '{}' is in use by another gpuwatch daemon ({}; lock file '{}'): stop it, \
+         or give this daemon another file with --history PATH, or --no-history",
+        path.display(),
+        pid.map_or_else(|| "PID unknown".to_string(), |p| format!("PID {p}")),
+        lock.display()
+    )]
+    InUse {
+        path: PathBuf,
+        lock: PathBuf,
+        pid: Option<u32>,
+    },
+    /// The file is not a gpuwatch history this version can use; nothing was written to it.
+    #[error(
+        "history store '{}': {reason}; refused, nothing was written to it (pass --history PATH \
+         for another file)",
+        path.display()
+    )]
+    NotAHistory { path: PathBuf, reason: String },
 }
 
 impl StoreError {
@@ -97,8 +122,19 @@ impl StoreError {
                 rusqlite::ErrorCode::ReadOnly | rusqlite::ErrorCode::CannotOpen
             ),
             StoreError::Io { source, .. } => source.kind() == std::io::ErrorKind::PermissionDenied,
-            StoreError::Sqlite { .. } => false,
+            StoreError::Sqlite { .. }
+            | StoreError::InUse { .. }
+            | StoreError::NotAHistory { .. } => false,
         }
+    }
+
+    /// Whether the file is the wrong one to use (another daemon's, another program's, a newer
+    /// version's) rather than a file that cannot be used right now: the daemon stops on these.
+    pub fn is_refusal(&self) -> bool {
+        matches!(
+            self,
+            StoreError::InUse { .. } | StoreError::NotAHistory { .. }
+        )
     }
 }
 
@@ -234,6 +270,7 @@ CREATE TABLE IF NOT EXISTS process(id INTEGER PRIMARY KEY, pid INTEGER NOT NULL,
   start_time INTEGER, user TEXT, command TEXT, container TEXT,
   first_seen INTEGER NOT NULL, last_seen INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS process_last_seen ON process(last_seen);
+CREATE INDEX IF NOT EXISTS process_pid ON process(pid, start_time);
 CREATE TABLE IF NOT EXISTS gpu_sample(t INTEGER NOT NULL, gpu INTEGER NOT NULL,
   gpu_index INTEGER NOT NULL, used INTEGER, total INTEGER, util INTEGER, mem_util INTEGER,
   temp INTEGER, power_mw INTEGER, lost INTEGER NOT NULL,
@@ -321,10 +358,18 @@ type Found = (i64, i64, String, u32, Option<i64>, Option<i64>);
 /// Refresh `process.last_seen` at most this often (ms).
 const LAST_SEEN_EVERY_MS: i64 = 60_000;
 
+/// A cached process is forgotten when no sample has had it for this long (ms).
+const PROC_CACHE_IDLE_MS: u64 = 120_000;
+
+/// Beyond this many cached processes, only those of the latest sample are kept.
+const PROC_CACHE_CAP: usize = 8192;
+
 struct ProcEntry {
     id: i64,
     last_seen: i64,
     has_user: bool,
+    /// The time (ms) of the latest sample that had it.
+    touched: i64,
 }
 
 /// The open history file.
@@ -333,7 +378,13 @@ pub struct Store {
     path: PathBuf,
     opts: StoreOptions,
     gpus: HashMap<String, i64>,
+    /// Process ids by (pid, start time), for processes seen in the last
+    /// [`PROC_CACHE_IDLE_MS`] (at most [`PROC_CACHE_CAP`] entries beyond the current sample).
     procs: HashMap<(u32, Option<u64>), ProcEntry>,
+    /// Sample time (ms) of the last sweep of `procs`.
+    procs_swept: i64,
+    /// The writer's lock (`None` for a reader).
+    _lock: Option<file::WriterLock>,
 }
 
 fn ms(t: f64) -> i64 {
@@ -379,6 +430,32 @@ impl Store {
         let conn = Connection::open(path).map_err(err("open the file"))?;
         conn.busy_timeout(Duration::from_secs(5))
             .map_err(err("set the busy timeout"))?;
+        // What the file is, before a byte is written to it: another program's database or a
+        // newer schema is refused as it is.
+        let identity = Self::identity(&conn, path)?;
+        if let file::Identity::History { version, .. } = identity
+            && version > 1
+        {
+            return Err(StoreError::NotAHistory {
+                path: path.to_path_buf(),
+                reason: format!(
+                    "its schema version {version} is newer than this gpuwatch understands (1)"
+                ),
+            });
+        }
+        // One writer: a second daemon on the same file would double every sample.
+        let lock = file::lock(path).map_err(|e| match e {
+            file::LockError::Held(pid) => StoreError::InUse {
+                path: path.to_path_buf(),
+                lock: lock_path(path),
+                pid,
+            },
+            file::LockError::Io(source) => StoreError::Io {
+                path: path.to_path_buf(),
+                action: "create its lock file",
+                source,
+            },
+        })?;
         // auto_vacuum must be set before the first table exists.
         conn.execute_batch(
             "PRAGMA auto_vacuum = INCREMENTAL;
@@ -387,22 +464,25 @@ impl Store {
              PRAGMA journal_size_limit = 16777216;
              PRAGMA cache_size = -1024;",
         )
-        .map_err(err("set up the file (is it a SQLite file, and writable?)"))?;
-        let version: i64 = conn
-            .query_row("PRAGMA user_version", [], |r| r.get(0))
-            .map_err(err("read the schema version"))?;
-        if version > 1 {
-            return Err(StoreError::Io {
-                path: path.to_path_buf(),
-                action: "read it",
-                source: std::io::Error::other(format!(
-                    "schema version {version} is newer than this gpuwatch understands (1)"
-                )),
-            });
-        }
-        if version < 1 {
-            conn.execute_batch(&format!("BEGIN; {SCHEMA} COMMIT;"))
-                .map_err(err("create the tables"))?;
+        .map_err(err("set up the file (is it writable?)"))?;
+        match identity {
+            file::Identity::History {
+                version: 1,
+                stamped: true,
+            } => {}
+            // A history from before the application id: ours, stamped now, and given the
+            // index that finds a process the cache forgot.
+            file::Identity::History { version: 1, .. } => conn
+                .execute_batch(&format!(
+                    "PRAGMA application_id = {APPLICATION_ID};
+                     CREATE INDEX IF NOT EXISTS process_pid ON process(pid, start_time);"
+                ))
+                .map_err(err("mark the file as a gpuwatch history"))?,
+            _ => conn
+                .execute_batch(&format!(
+                    "BEGIN; {SCHEMA} PRAGMA application_id = {APPLICATION_ID}; COMMIT;"
+                ))
+                .map_err(err("create the tables"))?,
         }
         Ok(Store {
             conn,
@@ -410,11 +490,40 @@ impl Store {
             opts,
             gpus: HashMap::new(),
             procs: HashMap::new(),
+            procs_swept: i64::MIN,
+            _lock: Some(lock),
         })
     }
 
-    /// Opens an existing history file for queries only (`who`, `peaks`): works for a user who
-    /// may read but not write the daemon's file. Writing through it fails.
+    /// The file's identity, or a refusal: not SQLite, damaged, or another program's.
+    fn identity(conn: &Connection, path: &Path) -> Result<file::Identity, StoreError> {
+        match file::identify(conn) {
+            Ok(file::Identity::Foreign(reason)) => Err(StoreError::NotAHistory {
+                path: path.to_path_buf(),
+                reason,
+            }),
+            Ok(identity) => Ok(identity),
+            Err(source) => {
+                let damaged = matches!(&source, rusqlite::Error::SqliteFailure(e, _)
+                    if matches!(e.code, rusqlite::ErrorCode::NotADatabase | rusqlite::ErrorCode::DatabaseCorrupt));
+                match file::sniff(path) {
+                    Some(reason) if damaged => Err(StoreError::NotAHistory {
+                        path: path.to_path_buf(),
+                        reason: format!("{reason}: {source}"),
+                    }),
+                    _ => Err(StoreError::Sqlite {
+                        path: path.to_path_buf(),
+                        action: "read it",
+                        source,
+                    }),
+                }
+            }
+        }
+    }
+
+    /// Opens an existing history file for queries only (`who`, `peaks`, `/api/v1/history`):
+    /// works for a user who may read but not write the file or its directory, and never writes
+    /// to it (no lock, no schema, no WAL recovery).
     pub fn open_read_only(path: &Path) -> Result<Store, StoreError> {
         let err = |action| {
             let path = path.to_path_buf();
@@ -424,24 +533,91 @@ impl Store {
                 source,
             }
         };
-        let conn = Connection::open_with_flags(
-            path,
-            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        )
-        .map_err(err("open the file for reading"))?;
-        conn.busy_timeout(Duration::from_secs(5))
-            .map_err(err("set the busy timeout"))?;
-        let version: i64 = conn
-            .query_row("PRAGMA user_version", [], |r| r.get(0))
-            .map_err(err("read the schema version (is it a SQLite file?)"))?;
-        if version != 1 {
+        // Permission first: SQLite would only say "unable to open database file".
+        if let Err(e) = std::fs::File::open(path) {
+            let detail = match e.kind() {
+                std::io::ErrorKind::PermissionDenied => {
+                    use std::os::unix::fs::MetadataExt;
+                    let owner = std::fs::metadata(path).map_or_else(
+                        |_| String::new(),
+                        |m| format!(" (owner uid {}, mode {:04o})", m.uid(), m.mode() & 0o7777),
+                    );
+                    std::io::Error::new(
+                        e.kind(),
+                        format!("permission denied: this user may not read the file{owner}"),
+                    )
+                }
+                _ => e,
+            };
             return Err(StoreError::Io {
                 path: path.to_path_buf(),
                 action: "read it",
-                source: std::io::Error::other(format!(
-                    "not a gpuwatch history file of a known version (user_version {version})"
-                )),
+                source: detail,
             });
+        }
+        let flags =
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let open = |target: &str, flags| {
+            let conn = Connection::open_with_flags(target, flags)?;
+            conn.busy_timeout(Duration::from_secs(5))?;
+            Ok::<_, rusqlite::Error>(conn)
+        };
+        let target = path.to_string_lossy();
+        let mut conn = open(&target, flags).map_err(err("open the file for reading"))?;
+        let identity = match Self::identity(&conn, path) {
+            // The WAL index cannot be created (the directory is not writable by this user).
+            // With no WAL content (the daemon stopped cleanly), the file alone is the whole
+            // history: open it immutable, which needs no index and takes no lock.
+            Err(StoreError::Sqlite {
+                source: rusqlite::Error::SqliteFailure(e, _),
+                ..
+            }) if matches!(
+                e.code,
+                rusqlite::ErrorCode::CannotOpen | rusqlite::ErrorCode::ReadOnly
+            ) =>
+            {
+                let wal = file::sidecar(path, "-wal");
+                if std::fs::metadata(&wal).is_ok_and(|m| m.len() > 0) {
+                    return Err(StoreError::Io {
+                        path: path.to_path_buf(),
+                        action: "read it",
+                        source: std::io::Error::new(
+                            std::io::ErrorKind::PermissionDenied,
+                            format!(
+                                "its latest changes are in '{}' and this user cannot create '{}' \
+                                 to read them (the directory is not writable): run as the \
+                                 daemon's user, or read it after the daemon stopped",
+                                wal.display(),
+                                file::sidecar(path, "-shm").display()
+                            ),
+                        ),
+                    });
+                }
+                conn = open(
+                    &file::uri(path, "immutable=1"),
+                    flags | rusqlite::OpenFlags::SQLITE_OPEN_URI,
+                )
+                .map_err(err("open the file for reading"))?;
+                Self::identity(&conn, path)?
+            }
+            other => other?,
+        };
+        match identity {
+            file::Identity::History { version: 1, .. } => {}
+            file::Identity::History { version, .. } => {
+                return Err(StoreError::NotAHistory {
+                    path: path.to_path_buf(),
+                    reason: format!(
+                        "its schema version {version} is not one this gpuwatch understands (1)"
+                    ),
+                });
+            }
+            file::Identity::Empty | file::Identity::Foreign(_) => {
+                return Err(StoreError::NotAHistory {
+                    path: path.to_path_buf(),
+                    reason: "it is an empty SQLite database, not a gpuwatch history".to_string(),
+                });
+            }
         }
         Ok(Store {
             conn,
@@ -449,6 +625,8 @@ impl Store {
             opts: StoreOptions::default(),
             gpus: HashMap::new(),
             procs: HashMap::new(),
+            procs_swept: i64::MIN,
+            _lock: None,
         })
     }
 
@@ -471,8 +649,39 @@ impl Store {
     /// call rather than looked up in the statement cache per row, and an error's path is copied
     /// only when there is an error: at 8 GPUs x 64 processes this is most of the call's cost
     /// outside `SQLite` itself.
-    #[allow(clippy::too_many_lines)]
     pub fn write(&mut self, sample: &Sample) -> Result<(), StoreError> {
+        let result = self.write_tx(sample);
+        if result.is_err() {
+            // The transaction was rolled back: ids cached during it may name rows that do not
+            // exist, and would be given to other processes later.
+            self.procs.clear();
+            self.gpus.clear();
+        } else {
+            self.sweep_procs(ms(sample.taken_at));
+        }
+        result
+    }
+
+    /// Forgets cached processes that no sample has had for [`PROC_CACHE_IDLE_MS`] (and, beyond
+    /// [`PROC_CACHE_CAP`], all but the latest sample's), so that the cache holds what the GPUs
+    /// run now rather than every PID ever seen. A forgotten process that comes back is found
+    /// in the file again. Runs at most every half idle period unless the cap is passed.
+    fn sweep_procs(&mut self, t: i64) {
+        if self.procs.len() <= PROC_CACHE_CAP
+            && t.abs_diff(self.procs_swept) < PROC_CACHE_IDLE_MS / 2
+        {
+            return;
+        }
+        self.procs_swept = t;
+        self.procs
+            .retain(|_, e| t.abs_diff(e.touched) <= PROC_CACHE_IDLE_MS);
+        if self.procs.len() > PROC_CACHE_CAP {
+            self.procs.retain(|_, e| e.touched == t);
+        }
+    }
+
+    #[allow(clippy::too_many_lines)]
+    fn write_tx(&mut self, sample: &Sample) -> Result<(), StoreError> {
         let path: &Path = &self.path;
         let err = move |action: &'static str| {
             move |source| StoreError::Sqlite {
@@ -533,10 +742,10 @@ impl Store {
                 for p in &g.processes {
                     let key = (p.pid, p.host.start_time);
                     let has_user = p.host.user.is_some() || p.host.command.is_some();
-                    let known = self
-                        .procs
-                        .get(&key)
-                        .map(|e| (e.id, e.last_seen, e.has_user));
+                    let known = self.procs.get_mut(&key).map(|e| {
+                        e.touched = t;
+                        (e.id, e.last_seen, e.has_user)
+                    });
                     let id = match known {
                         Some((id, last, had))
                             if t - last < LAST_SEEN_EVERY_MS && (had || !has_user) =>
@@ -558,6 +767,7 @@ impl Store {
                                     id,
                                     last_seen: t,
                                     has_user: had || has_user,
+                                    touched: t,
                                 },
                             );
                             id
@@ -606,6 +816,7 @@ impl Store {
                                     id,
                                     last_seen: t,
                                     has_user,
+                                    touched: t,
                                 },
                             );
                             id

@@ -422,3 +422,142 @@ fn series_buckets_raw_and_downsampled_data_alike() {
             .is_empty()
     );
 }
+
+#[test]
+fn a_history_from_before_the_application_id_still_opens_and_is_stamped() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("h.sqlite");
+    {
+        let mut s = Store::open(&path).unwrap();
+        s.write(&sample(T0, 1, 2, |_| Some(1 << 30))).unwrap();
+        // What every history written before the id looked like.
+        s.conn.execute_batch("PRAGMA application_id = 0;").unwrap();
+    }
+    let id = |p: &Path| -> i32 {
+        Connection::open(p)
+            .unwrap()
+            .query_row("PRAGMA application_id", [], |r| r.get(0))
+            .unwrap()
+    };
+    assert_eq!(id(&path), 0);
+    let ro = Store::open_read_only(&path).unwrap();
+    assert!(ro.who(&GpuRef::Index(0), T0).unwrap().is_some());
+    drop(ro);
+    assert_eq!(id(&path), 0, "a reader writes nothing");
+    let s = Store::open(&path).unwrap();
+    assert_eq!(
+        s.who(&GpuRef::Index(0), T0)
+            .unwrap()
+            .unwrap()
+            .processes
+            .len(),
+        2
+    );
+    drop(s);
+    assert_eq!(id(&path), APPLICATION_ID, "the writer stamps it");
+}
+
+#[test]
+fn sqlite_files_that_only_look_like_a_history_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, sql, needle) in [
+        (
+            "partial.sqlite",
+            "CREATE TABLE gpu(id INTEGER PRIMARY KEY); PRAGMA user_version = 1;",
+            "not a gpuwatch history (user_version 1, tables: gpu)",
+        ),
+        (
+            "other-app.sqlite",
+            "PRAGMA application_id = 1234;",
+            "another program's SQLite database (application_id 0x000004d2",
+        ),
+    ] {
+        let path = dir.path().join(name);
+        Connection::open(&path).unwrap().execute_batch(sql).unwrap();
+        let before = std::fs::read(&path).unwrap();
+        for result in [
+            Store::open(&path).map(drop),
+            Store::open_read_only(&path).map(drop),
+        ] {
+            let e = result.unwrap_err();
+            assert!(e.is_refusal(), "{e}");
+            assert!(e.to_string().contains(needle), "{e}");
+        }
+        assert_eq!(std::fs::read(&path).unwrap(), before, "{name} untouched");
+        assert!(!lock_path(&path).exists());
+    }
+    // A newer schema of ours is refused too, rather than altered.
+    let path = dir.path().join("newer.sqlite");
+    Store::open(&path).unwrap();
+    Connection::open(&path)
+        .unwrap()
+        .execute_batch("PRAGMA user_version = 2;")
+        .unwrap();
+    let e = Store::open(&path).err().unwrap();
+    assert!(e.is_refusal() && e.to_string().contains("newer"), "{e}");
+}
+
+#[test]
+fn a_second_writer_is_refused_with_the_holders_pid_until_the_first_is_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("h.sqlite");
+    let first = Store::open(&path).unwrap();
+    let e = Store::open(&path).err().unwrap();
+    assert!(
+        matches!(&e, StoreError::InUse { pid: Some(p), .. } if *p == std::process::id()),
+        "{e}"
+    );
+    assert!(e.is_refusal());
+    // Readers take no lock.
+    assert!(Store::open_read_only(&path).is_ok());
+    drop(first);
+    assert!(Store::open(&path).is_ok());
+}
+
+#[test]
+fn the_process_cache_stays_bounded_with_churning_pids() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(&dir.path().join("h.sqlite")).unwrap();
+    // 1 Hz for 10 minutes; 2 GPUs x 8 processes, every process replaced by a new PID each
+    // sample: 9 600 distinct processes, of which 16 run at any time.
+    let mut max = 0;
+    for k in 0..600u32 {
+        let mut s = sample(T0 + f64::from(k), 2, 8, |_| Some(1 << 30));
+        for (g, gpu) in s.gpus.iter_mut().enumerate() {
+            for (i, p) in gpu.processes.iter_mut().enumerate() {
+                p.pid = 100_000 + k * 16 + (g * 8 + i) as u32;
+            }
+        }
+        store.write(&s).unwrap();
+        max = max.max(store.procs.len());
+    }
+    // What the last two minutes (plus half a minute between sweeps) saw, not 9 600.
+    let bound = 16 * (PROC_CACHE_IDLE_MS as usize * 3 / 2 / 1000 + 1);
+    assert!(max <= bound, "cache grew to {max} (bound {bound})");
+    // A process forgotten by the cache and seen again keeps its row.
+    let mut s = sample(T0 + 4000.0, 1, 1, |_| Some(1 << 30));
+    s.gpus[0].processes[0].pid = 100_000;
+    s.gpus[0].processes[0].host.start_time = Some(1_764_000_000);
+    store.write(&s).unwrap();
+    let rows: i64 = store
+        .conn
+        .query_row("SELECT count(*) FROM process WHERE pid = 100000", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert_eq!(rows, 1);
+    // Past the cap, only the current sample's processes stay.
+    let mut s = sample(T0 + 5000.0, 1, 1, |_| Some(1));
+    s.gpus[0].processes = (0..PROC_CACHE_CAP as u32 + 10)
+        .map(|i| {
+            let mut p = s.gpus[0].processes[0].clone();
+            p.pid = 1_000_000 + i;
+            p
+        })
+        .collect();
+    store.write(&s).unwrap();
+    s.taken_at += 1.0;
+    s.gpus[0].processes.truncate(3);
+    store.write(&s).unwrap();
+    assert_eq!(store.procs.len(), 3);
+}

@@ -385,7 +385,11 @@ sm = 90
         }
     };
     std::thread::spawn(move || lines.for_each(drop));
-    let d = Daemon { child, port };
+    let d = Daemon {
+        child,
+        port,
+        log: std::sync::Arc::default(),
+    };
     let mut s = TcpStream::connect(("127.0.0.1", d.port)).expect("connect");
     s.set_read_timeout(Some(Duration::from_secs(20)))
         .expect("timeout");

@@ -11,7 +11,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use super::{Options, Published};
+use super::{HttpStats, Options, Published};
 use crate::model::GpuSample;
 
 type Labels = Vec<(&'static str, String)>;
@@ -62,8 +62,9 @@ fn gpu_labels(g: &GpuSample) -> Labels {
 }
 
 /// Renders the text exposition format.
-pub fn render(state: &Published, options: &Options) -> Result<String, String> {
+pub fn render(state: &Published, options: &Options, http: &HttpStats) -> Result<String, String> {
     let mut b = Builder::default();
+    http_series(&mut b, http);
     b.gauge(
         "gpuwatch_build_info",
         "gpuwatch build information.",
@@ -120,6 +121,62 @@ pub fn render(state: &Published, options: &Options) -> Result<String, String> {
     let mut out = String::new();
     encode(&mut out, &b.registry).map_err(|e| format!("cannot encode metrics: {e}"))?;
     Ok(out)
+}
+
+/// The HTTP server's own series (and the `/proc` read failures that the connections can
+/// cause), present from the start.
+fn http_series(b: &mut Builder, http: &HttpStats) {
+    let get =
+        |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed) as f64;
+    b.gauge(
+        "gpuwatch_http_connections",
+        "HTTP connections open now.",
+        Vec::new(),
+        get(&http.connections),
+    );
+    b.gauge(
+        "gpuwatch_http_event_streams",
+        "Event streams (/api/v1/events) open now.",
+        Vec::new(),
+        get(&http.event_streams),
+    );
+    for (reason, c) in [
+        ("connections", &http.rejected_connections),
+        ("event_streams", &http.rejected_event_streams),
+    ] {
+        b.counter(
+            "gpuwatch_http_rejected",
+            "Connections and event streams refused with 503 because the server was at its cap.",
+            vec![("reason", reason.to_string())],
+            get(c),
+        );
+    }
+    for (reason, c) in [
+        ("idle_evicted", &http.dropped_idle_evicted),
+        ("idle_timeout", &http.dropped_idle_timeout),
+        ("write_timeout", &http.dropped_write_timeout),
+        ("lagged", &http.dropped_lagged),
+        ("request_timeout", &http.request_timeouts),
+    ] {
+        b.counter(
+            "gpuwatch_http_dropped",
+            "Connections, event streams and requests the server ended early, by reason.",
+            vec![("reason", reason.to_string())],
+            get(c),
+        );
+    }
+    b.counter(
+        "gpuwatch_http_accept_errors",
+        "Failed accepts of HTTP connections (usually out of file descriptors).",
+        Vec::new(),
+        get(&http.accept_errors),
+    );
+    b.counter(
+        "gpuwatch_proc_read_errors",
+        "Reads of a known process's /proc files that failed while it still existed.",
+        Vec::new(),
+        crate::source::procinfo::read_errors() as f64,
+    );
 }
 
 #[allow(clippy::too_many_lines)] // one flat list of series
@@ -321,6 +378,10 @@ mod tests {
         }
     }
 
+    fn render_test(state: &Published, options: &Options) -> Result<String, String> {
+        render(state, options, &HttpStats::default())
+    }
+
     fn options(top_n: usize, floor: u64) -> Options {
         Options {
             listen: "127.0.0.1:0".parse().unwrap(),
@@ -328,6 +389,7 @@ mod tests {
             top_n,
             floor,
             history: None,
+            limits: super::super::Limits::default(),
         }
     }
 
@@ -345,16 +407,16 @@ mod tests {
     #[test]
     fn process_series_are_the_top_n_plus_those_above_the_floor() {
         let s = state();
-        let mut got = pids(&render(&s, &options(1, 1 << 30)).unwrap()).join(",");
+        let mut got = pids(&render_test(&s, &options(1, 1 << 30)).unwrap()).join(",");
         assert_eq!(got, "1,2,3");
-        got = pids(&render(&s, &options(4, u64::MAX)).unwrap()).join(",");
+        got = pids(&render_test(&s, &options(4, u64::MAX)).unwrap()).join(",");
         assert_eq!(got, "1,2,3,4");
-        assert!(pids(&render(&s, &options(0, u64::MAX)).unwrap()).is_empty());
+        assert!(pids(&render_test(&s, &options(0, u64::MAX)).unwrap()).is_empty());
     }
 
     #[test]
     fn unavailable_values_have_no_series() {
-        let text = render(&state(), &options(20, 0)).unwrap();
+        let text = render_test(&state(), &options(20, 0)).unwrap();
         // Power, temperature, utilisation and reserved memory are unknown in this sample.
         for name in [
             "gpuwatch_power_usage_watts",
@@ -371,7 +433,7 @@ mod tests {
 
     #[test]
     fn no_frame_yet_still_answers() {
-        let text = render(&Published::default(), &options(20, 0)).unwrap();
+        let text = render_test(&Published::default(), &options(20, 0)).unwrap();
         assert!(text.contains("gpuwatch_build_info"));
         assert!(!text.contains("gpuwatch_gpu_info"));
     }

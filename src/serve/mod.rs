@@ -5,14 +5,21 @@
 //! after every frame; handlers only read it. Every response is built from the latest frame,
 //! so the series of a process that exited disappear with it.
 
+mod conn;
 mod history;
 pub mod metrics;
 
+pub use conn::{HttpStats, Limits, open_files_limit};
+
 /// At most this many `/api/v1/history` queries run at once; more get 429.
 const HISTORY_QUERIES_AT_ONCE: usize = 2;
+/// Events kept for the event streams (shared by all of them): a client further behind is
+/// dropped.
+const EVENTS_QUEUED: usize = 16;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -38,6 +45,8 @@ pub struct Options {
     pub floor: u64,
     /// The history file `/api/v1/history` reads (the daemon sets it when it records one).
     pub history: Option<std::path::PathBuf>,
+    /// Connections, event streams and timeouts, as in effect.
+    pub limits: Limits,
 }
 
 /// The bearer token in a token file (trimmed; an empty file is an error). The daemon serves
@@ -78,6 +87,13 @@ impl Options {
                 .metrics_floor
                 .map_or(config.metrics_floor, |b| b.as_u64()),
             history: None,
+            limits: Limits {
+                max_connections: config.max_connections,
+                max_event_streams: config.max_event_streams,
+                idle_timeout: config.idle_timeout,
+                request_timeout: config.request_timeout,
+            }
+            .effective(open_files_limit()),
         })
     }
 }
@@ -104,6 +120,7 @@ pub struct Shared {
     pub options: Options,
     /// History queries run on blocking threads; this bounds how many at once.
     history_slots: tokio::sync::Semaphore,
+    pub http: HttpStats,
 }
 
 /// What `/api/v1/events` streams.
@@ -117,12 +134,13 @@ pub enum Event {
 
 impl Shared {
     pub fn new(options: Options) -> Arc<Self> {
-        let (events, _) = broadcast::channel(64);
+        let (events, _) = broadcast::channel(EVENTS_QUEUED);
         Arc::new(Self {
             state: Mutex::new(Published::default()),
             events,
             options,
             history_slots: tokio::sync::Semaphore::new(HISTORY_QUERIES_AT_ONCE),
+            http: HttpStats::default(),
         })
     }
 
@@ -181,12 +199,8 @@ pub fn bind(addr: SocketAddr) -> Result<std::net::TcpListener, String> {
 pub fn spawn(listener: std::net::TcpListener, shared: Arc<Shared>) -> Result<(), String> {
     let listener =
         tokio::net::TcpListener::from_std(listener).map_err(|e| format!("cannot listen: {e}"))?;
-    let app = router(shared);
-    tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, app).await {
-            eprintln!("gpuwatch: the HTTP server stopped: {e}");
-        }
-    });
+    let app = router(Arc::clone(&shared));
+    tokio::spawn(conn::serve(listener, app, shared));
     Ok(())
 }
 
@@ -259,7 +273,7 @@ async fn metrics_handler(State(shared): State<Arc<Shared>>, headers: HeaderMap) 
     }
     let text = {
         let state = shared.lock();
-        metrics::render(&state, &shared.options)
+        metrics::render(&state, &shared.options, &shared.http)
     };
     match text {
         Ok(text) => (
@@ -313,6 +327,16 @@ async fn events_handler(State(shared): State<Arc<Shared>>, headers: HeaderMap) -
     if let Some(r) = reject(&shared, &headers) {
         return r;
     }
+    let Some(slot) = StreamSlot::take(&shared) else {
+        shared
+            .http
+            .rejected_event_streams
+            .fetch_add(1, Ordering::Relaxed);
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too many event streams; try again later",
+        );
+    };
     let rx = shared.events.subscribe();
     // A new client gets the latest frame at once, then every frame and finding as they come.
     let first = {
@@ -322,22 +346,22 @@ async fn events_handler(State(shared): State<Arc<Shared>>, headers: HeaderMap) -
             .as_ref()
             .map(|f| sse("frame", &snapshot_json(f, &state.watched)))
     };
-    let stream = futures_util::stream::unfold((first, rx), |(first, mut rx)| async move {
-        if let Some(chunk) = first {
-            return Some((Ok::<_, std::convert::Infallible>(chunk), (None, rx)));
-        }
-        loop {
-            match rx.recv().await {
-                Ok(Event::Frame(json)) => return Some((Ok(sse("frame", &json)), (None, rx))),
-                Ok(Event::Finding(json)) => {
-                    return Some((Ok(sse("finding", &json)), (None, rx)));
-                }
-                // A slow client skips what it missed.
-                Err(broadcast::error::RecvError::Lagged(_)) => {}
-                Err(broadcast::error::RecvError::Closed) => return None,
+    let stream =
+        futures_util::stream::unfold((first, rx, slot), |(first, mut rx, slot)| async move {
+            if let Some(chunk) = first {
+                return Some((Ok::<_, std::convert::Infallible>(chunk), (None, rx, slot)));
             }
-        }
-    });
+            match rx.recv().await {
+                Ok(Event::Frame(json)) => Some((Ok(sse("frame", &json)), (None, rx, slot))),
+                Ok(Event::Finding(json)) => Some((Ok(sse("finding", &json)), (None, rx, slot))),
+                // A client that fell behind by more than the queue is dropped, not buffered for.
+                Err(broadcast::error::RecvError::Lagged(_)) => {
+                    slot.0.http.dropped_lagged.fetch_add(1, Ordering::Relaxed);
+                    None
+                }
+                Err(broadcast::error::RecvError::Closed) => None,
+            }
+        });
     (
         StatusCode::OK,
         [
@@ -350,6 +374,29 @@ async fn events_handler(State(shared): State<Arc<Shared>>, headers: HeaderMap) -
         Body::from_stream(stream),
     )
         .into_response()
+}
+
+/// One of the event streams' places, given back when the stream ends.
+struct StreamSlot(Arc<Shared>);
+
+impl StreamSlot {
+    fn take(shared: &Arc<Shared>) -> Option<Self> {
+        let max = shared.options.limits.max_event_streams as u64;
+        shared
+            .http
+            .event_streams
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Self(Arc::clone(shared)))
+    }
+}
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        self.0.http.event_streams.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 fn sse(event: &str, data: &str) -> String {

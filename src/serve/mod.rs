@@ -49,16 +49,62 @@ pub struct Options {
     pub limits: Limits,
 }
 
-/// The bearer token in a token file (trimmed; an empty file is an error). The daemon serves
-/// it, `tui --connect` and `tui --prometheus` send it.
+/// A token file larger than this is not a token file.
+const TOKEN_FILE_MAX: u64 = 4096;
+
+/// The bearer token in a token file: one line of printable ASCII without spaces (RFC 6750's
+/// `b64token` and more), surrounding whitespace trimmed. An empty file, a second line, a space
+/// or control character inside, a file over 4 KiB, or anything but a regular file (a FIFO
+/// would block the start) is an error naming the file. The daemon serves it, `tui --connect`
+/// and `tui --prometheus` send it.
 pub fn read_token_file(path: &std::path::Path) -> Result<String, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read the token file '{}': {e}", path.display()))?;
-    let token = text.trim().to_string();
-    if token.is_empty() {
-        return Err(format!("the token file '{}' is empty", path.display()));
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let name = path.display();
+    let fail = |e: std::io::Error| format!("cannot read the token file '{name}': {e}");
+    let not_regular =
+        || format!("the token file '{name}' is not a regular file (a FIFO, device or directory)");
+    if !std::fs::metadata(path).map_err(fail)?.is_file() {
+        return Err(not_regular());
     }
-    Ok(token)
+    // Non-blocking, so that a file swapped for a FIFO after the check cannot block the open;
+    // checked again on what was opened.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits().cast_signed())
+        .open(path)
+        .map_err(fail)?;
+    if !file.metadata().map_err(fail)?.is_file() {
+        return Err(not_regular());
+    }
+    let mut bytes = Vec::new();
+    file.take(TOKEN_FILE_MAX + 1)
+        .read_to_end(&mut bytes)
+        .map_err(fail)?;
+    if bytes.len() as u64 > TOKEN_FILE_MAX {
+        return Err(format!(
+            "the token file '{name}' is larger than {TOKEN_FILE_MAX} bytes: it should hold one token"
+        ));
+    }
+    let text = String::from_utf8(bytes).map_err(|_| {
+        format!("the token file '{name}' is not text (expected one line holding the token)")
+    })?;
+    let token = text.trim();
+    if token.is_empty() {
+        return Err(format!("the token file '{name}' is empty"));
+    }
+    if let Some(c) = token.chars().find(|c| !c.is_ascii_graphic()) {
+        let what = if c == '\n' || c == '\r' {
+            "more than one line".to_string()
+        } else {
+            format!("the character {c:?} inside the token")
+        };
+        return Err(format!(
+            "the token file '{name}' holds {what}: expected one line with the token alone \
+             (printable ASCII, no spaces)"
+        ));
+    }
+    Ok(token.to_string())
 }
 
 impl Options {
@@ -248,7 +294,7 @@ pub(crate) fn reject(shared: &Shared, headers: &HeaderMap) -> Option<Response> {
     let given = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
+        .and_then(bearer_credentials);
     // Compared without stopping at the first difference.
     let ok = given.is_some_and(|g| {
         g.len() == token.len()
@@ -265,6 +311,15 @@ pub(crate) fn reject(shared: &Shared, headers: &HeaderMap) -> Option<Response> {
             .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         Some(r)
     }
+}
+
+/// The credentials of a `Bearer` authorization (the scheme is case-insensitive, RFC 7235
+/// §2.1; one or more spaces follow it).
+fn bearer_credentials(value: &str) -> Option<&str> {
+    let (scheme, rest) = value.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| rest.trim_start_matches(' '))
 }
 
 async fn metrics_handler(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
@@ -402,4 +457,47 @@ impl Drop for StreamSlot {
 fn sse(event: &str, data: &str) -> String {
     // The JSON is on one line, so one `data:` line carries it.
     format!("event: {event}\ndata: {data}\n\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bearer_scheme_is_case_insensitive() {
+        for v in ["Bearer abc", "bearer abc", "BEARER abc", "bEaReR   abc"] {
+            assert_eq!(bearer_credentials(v), Some("abc"), "{v}");
+        }
+        for v in ["Basic abc", "Bearerabc", "Bearer", "Token abc"] {
+            assert_eq!(bearer_credentials(v), None, "{v}");
+        }
+    }
+
+    #[test]
+    fn token_files_hold_one_token() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let write = |text: &[u8]| {
+            let p = dir.path().join("token");
+            std::fs::write(&p, text).expect("write");
+            p
+        };
+        assert_eq!(
+            read_token_file(&write(b"  s3cret\n")).as_deref(),
+            Ok("s3cret")
+        );
+        for (text, needle) in [
+            (&b"abc\ndef\n"[..], "more than one line"),
+            (b"abc def", "' ' inside the token"),
+            (b"abc\x1b[2Jdef", "inside the token"),
+            (b"\n\n", "is empty"),
+            (b"\xff\xfe", "not text"),
+        ] {
+            let e = read_token_file(&write(text)).expect_err("refused");
+            assert!(e.contains(needle) && e.contains("token"), "{e}");
+        }
+        let big = vec![b'a'; 5000];
+        assert!(read_token_file(&write(&big)).is_err_and(|e| e.contains("larger than")));
+        let e = read_token_file(dir.path()).expect_err("a directory");
+        assert!(e.contains("not a regular file"), "{e}");
+    }
 }

@@ -179,6 +179,35 @@ fn http_series(b: &mut Builder, http: &HttpStats) {
     );
 }
 
+/// The Prometheus text format (0.0.4) of what [`render`] gives in OpenMetrics: a counter's
+/// `# HELP` and `# TYPE` name its samples' name (`…_total`), and there is no `# EOF` or
+/// `# UNIT`. For clients that do not ask for OpenMetrics (`promtool check metrics`, curl, older
+/// scrapers); the samples are the same.
+pub fn to_prometheus_text(openmetrics: &str) -> String {
+    let counters: std::collections::HashSet<&str> = openmetrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE ")?.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(openmetrics.len() + 64 * counters.len());
+    for line in openmetrics.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let meta = ["# HELP ", "# TYPE "].into_iter().find_map(|prefix| {
+            let (name, rest) = line.strip_prefix(prefix)?.split_once(' ')?;
+            counters
+                .contains(name)
+                .then(|| format!("{prefix}{name}_total {rest}"))
+        });
+        match meta {
+            Some(renamed) => out.push_str(&renamed),
+            None => out.push_str(line),
+        }
+        out.push('\n');
+    }
+    out
+}
+
 #[allow(clippy::too_many_lines)] // one flat list of series
 fn gpu(
     b: &mut Builder,
@@ -429,6 +458,21 @@ mod tests {
         }
         assert!(text.contains("gpuwatch_memory_used_bytes{gpu=\"0\",uuid=\"GPU-a\"} 32212254720"));
         assert!(text.contains("gpuwatch_memory_unattributed_bytes"));
+    }
+
+    #[test]
+    fn the_prometheus_text_names_counters_by_their_samples() {
+        let mut s = state();
+        s.collect_errors.insert("temperature".into(), 2);
+        let om = render_test(&s, &options(20, 0)).unwrap();
+        assert!(om.contains("# TYPE gpuwatch_collect_errors counter\n"));
+        assert!(om.ends_with("# EOF\n"));
+        let text = to_prometheus_text(&om);
+        assert!(text.contains("# HELP gpuwatch_collect_errors_total Driver calls"));
+        assert!(text.contains("# TYPE gpuwatch_collect_errors_total counter\n"));
+        assert!(text.contains("gpuwatch_collect_errors_total{call=\"temperature\"} 2"));
+        assert!(text.contains("# TYPE gpuwatch_memory_used_bytes gauge\n"));
+        assert!(!text.contains("# EOF"));
     }
 
     #[test]

@@ -330,8 +330,14 @@ async fn metrics_handler(State(shared): State<Arc<Shared>>, headers: HeaderMap) 
         let state = shared.lock();
         metrics::render(&state, &shared.options, &shared.http)
     };
+    // OpenMetrics to those who ask for it (Prometheus does), the classic text format to the
+    // rest (promtool, curl).
+    let openmetrics = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("application/openmetrics-text"));
     match text {
-        Ok(text) => (
+        Ok(text) if openmetrics => (
             StatusCode::OK,
             [(
                 header::CONTENT_TYPE,
@@ -340,6 +346,15 @@ async fn metrics_handler(State(shared): State<Arc<Shared>>, headers: HeaderMap) 
                 ),
             )],
             text,
+        )
+            .into_response(),
+        Ok(text) => (
+            StatusCode::OK,
+            [(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+            )],
+            metrics::to_prometheus_text(&text),
         )
             .into_response(),
         Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, &e),

@@ -152,15 +152,25 @@ fn a_connection_flood_under_a_low_descriptor_limit_leaves_the_daemon_answering()
     let stop = Arc::new(AtomicBool::new(false));
     let latencies = Arc::new(Mutex::new(Vec::new()));
     let failures = Arc::new(Mutex::new(Vec::new()));
+    let retries = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let poller = {
-        let (stop, latencies, failures) = (
+        let (stop, latencies, failures, retries) = (
             Arc::clone(&stop),
             Arc::clone(&latencies),
             Arc::clone(&failures),
+            Arc::clone(&retries),
         );
         std::thread::spawn(move || {
             while !stop.load(Ordering::Relaxed) {
-                match get(port, "/api/v1/health", Duration::from_secs(3)) {
+                // A connection closed before it could send its request (the oldest idle ones
+                // make room for new ones, and under a flood that can be a fresh one) is tried
+                // again at once, as HTTP clients do; a retry is counted, a hang is a failure.
+                let mut answer = get(port, "/api/v1/health", Duration::from_secs(3));
+                if answer.is_none() {
+                    retries.fetch_add(1, Ordering::Relaxed);
+                    answer = get(port, "/api/v1/health", Duration::from_secs(3));
+                }
+                match answer {
                     Some((200, _, took)) => latencies
                         .lock()
                         .expect("lock")
@@ -244,8 +254,9 @@ fn a_connection_flood_under_a_low_descriptor_limit_leaves_the_daemon_answering()
     eprintln!(
         "daemon: {open} connections open at the cap (128), {streams} event streams (cap 32), rejected: {rejected_conns} connections, {rejected_streams} event streams; {evicted} idle connections closed for new ones; {accept_errors} failed accepts; {proc_errors} failed /proc reads"
     );
+    let retries = retries.load(Ordering::Relaxed);
     eprintln!(
-        "health: {} answers, {} failures, latency p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+        "health: {} answers, {} failures, {retries} retried, latency p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
         lat.len(),
         failures.len(),
         percentile(&lat, 0.5),
@@ -262,9 +273,18 @@ fn a_connection_flood_under_a_low_descriptor_limit_leaves_the_daemon_answering()
         failures.len()
     );
     assert!(lat.len() > 50, "too few health checks: {}", lat.len());
+    assert!(
+        retries * 50 <= lat.len(),
+        "{retries} health checks had to be retried"
+    );
     assert!(open <= 128.0 + 17.0, "{open} connections open");
     assert!(streams <= 32.0, "{streams} streams");
-    assert!(rejected_streams >= (SSE_CLIENTS - 32) as f64);
+    // All but the 32 streams are refused (a few stream requests may not be read at all:
+    // their connection, silent so far, made room for a newer one).
+    assert!(
+        rejected_streams >= (SSE_CLIENTS - 32 - 5) as f64 && streams >= 27.0,
+        "{rejected_streams} streams refused, {streams} open"
+    );
     assert!(
         rss_peak < rss_before + RSS_GROWTH_BOUND_KIB,
         "RSS grew from {rss_before} KiB to {rss_peak} KiB"
@@ -272,6 +292,21 @@ fn a_connection_flood_under_a_low_descriptor_limit_leaves_the_daemon_answering()
     assert!(
         rss_after < rss_before + RSS_AFTER_BOUND_KIB,
         "RSS after the flood {rss_after} KiB, before {rss_before} KiB"
+    );
+}
+
+/// Asserts the daemon closes `s` in about a second (the idle timeout of the test below), once
+/// what it sent so far is read.
+fn closed_after_a_second(s: &mut TcpStream) {
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let t0 = Instant::now();
+    let mut buf = [0u8; 4096];
+    while s.read(&mut buf).expect("closed, not timed out") > 0 {}
+    let waited = t0.elapsed();
+    assert!(
+        waited >= Duration::from_millis(800) && waited < Duration::from_secs(4),
+        "closed after {waited:?}"
     );
 }
 
@@ -331,16 +366,17 @@ fn the_limits_in_the_config_file_hold_and_a_client_that_stops_reading_is_dropped
     let (status, body, _) = get(port, "/api/v1/events", Duration::from_secs(3)).expect("an answer");
     assert_eq!(status, 503, "{body}");
     // An idle connection is closed after the idle timeout.
-    let mut idle = TcpStream::connect(addr).expect("connect");
-    idle.set_read_timeout(Some(Duration::from_secs(5)))
-        .expect("timeout");
-    let t0 = Instant::now();
-    assert_eq!(idle.read(&mut head).expect("closed, not timed out"), 0);
-    let waited = t0.elapsed();
-    assert!(
-        waited >= Duration::from_millis(800) && waited < Duration::from_secs(4),
-        "{waited:?}"
-    );
+    closed_after_a_second(&mut TcpStream::connect(addr).expect("connect"));
+    // So is a keep-alive connection once its response is sent.
+    let mut kept = TcpStream::connect(addr).expect("connect");
+    write!(
+        kept,
+        "GET /api/v1/health HTTP/1.1\r\nHost: localhost\r\n\r\n"
+    )
+    .expect("write");
+    let n = kept.read(&mut head).expect("response");
+    assert!(head[..n].starts_with(b"HTTP/1.1 200"));
+    closed_after_a_second(&mut kept);
     // Twenty idle connections: never more than eight open, the oldest closed for the newest.
     let crowd: Vec<TcpStream> = (0..20)
         .map(|_| TcpStream::connect(addr).expect("connect"))

@@ -38,13 +38,14 @@ pub struct Limits {
     pub request_timeout: Duration,
 }
 
-impl Default for Limits {
-    fn default() -> Self {
+impl From<&crate::config::DaemonConfig> for Limits {
+    /// As configured, before [`Limits::effective`].
+    fn from(c: &crate::config::DaemonConfig) -> Self {
         Self {
-            max_connections: 256,
-            max_event_streams: 32,
-            idle_timeout: Duration::from_secs(15),
-            request_timeout: Duration::from_secs(30),
+            max_connections: c.max_connections,
+            max_event_streams: c.max_event_streams,
+            idle_timeout: c.idle_timeout,
+            request_timeout: c.request_timeout,
         }
     }
 }
@@ -312,7 +313,7 @@ mod tests {
 
     #[test]
     fn connections_stay_below_half_the_open_files_limit() {
-        let l = Limits::default();
+        let l = Limits::from(&crate::config::Config::default().daemon);
         assert_eq!(l.effective(None), l);
         let at_1024 = l.effective(Some(1024));
         assert_eq!(at_1024.max_connections, 256);

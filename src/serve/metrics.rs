@@ -418,7 +418,7 @@ mod tests {
             top_n,
             floor,
             history: None,
-            limits: super::super::Limits::default(),
+            limits: super::super::Limits::from(&crate::config::Config::default().daemon),
         }
     }
 

@@ -1,5 +1,7 @@
-//! The daemon's HTTP side: `/metrics` (Prometheus text format) and the JSON API
-//! (`/api/v1/snapshot`, `/api/v1/findings`, `/api/v1/health`, `/api/v1/events` as SSE).
+//! The daemon's HTTP side: `/metrics` (OpenMetrics to clients that ask for it, the classic
+//! Prometheus text format to the rest) and the JSON API (`/api/v1/snapshot`,
+//! `/api/v1/findings`, `/api/v1/health`, `/api/v1/events` as SSE). Connections, timeouts and
+//! their limits: [`conn`].
 //!
 //! The daemon loop owns the pipeline and publishes what the server needs into [`Shared`]
 //! after every frame; handlers only read it. Every response is built from the latest frame,
@@ -133,13 +135,7 @@ impl Options {
                 .metrics_floor
                 .map_or(config.metrics_floor, |b| b.as_u64()),
             history: None,
-            limits: Limits {
-                max_connections: config.max_connections,
-                max_event_streams: config.max_event_streams,
-                idle_timeout: config.idle_timeout,
-                request_timeout: config.request_timeout,
-            }
-            .effective(open_files_limit()),
+            limits: Limits::from(config).effective(open_files_limit()),
         })
     }
 }

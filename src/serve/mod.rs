@@ -1,7 +1,7 @@
 //! The daemon's HTTP side: `/metrics` (OpenMetrics to clients that ask for it, the classic
 //! Prometheus text format to the rest) and the JSON API (`/api/v1/snapshot`,
 //! `/api/v1/findings`, `/api/v1/health`, `/api/v1/events` as SSE). Connections, timeouts and
-//! their limits: [`conn`].
+//! their limits: `conn.rs`.
 //!
 //! The daemon loop owns the pipeline and publishes what the server needs into [`Shared`]
 //! after every frame; handlers only read it. Every response is built from the latest frame,

@@ -81,6 +81,15 @@ pub fn run(
             ""
         }
     );
+    let limits = shared.options.limits;
+    crate::eprintln_safe!(
+        "gpuwatch: HTTP limits: {} connections, {} event streams (max-connections and max-event-streams, capped by the open-files limit of {}), idle timeout {}, request timeout {}",
+        limits.max_connections,
+        limits.max_event_streams,
+        crate::serve::open_files_limit().map_or_else(|| "unlimited".to_string(), |n| n.to_string()),
+        humantime::format_duration(limits.idle_timeout),
+        humantime::format_duration(limits.request_timeout),
+    );
     rt.block_on(pipeline(
         sampler,
         watch,
@@ -139,6 +148,7 @@ async fn pipeline(
     let mut dropped: std::collections::HashMap<&'static str, u64> =
         std::collections::HashMap::new();
     let mut source_open = true;
+    let mut proc_errors = (0u64, std::time::Instant::now());
     // "Mine", decided once per frame: the rules and the server ask many times per process.
     let mut mine = std::collections::HashSet::new();
     loop {
@@ -192,6 +202,7 @@ async fn pipeline(
                         crate::eprintln_safe!("gpuwatch: history maintenance failed: {e}");
                     }
                 }
+                report_proc_errors(&mut proc_errors);
                 // Drops are reported as they happen, not only at the end.
                 for s in alerts.stats() {
                     let before = dropped.insert(s.name, s.dropped).unwrap_or(0);
@@ -225,6 +236,20 @@ async fn pipeline(
         }
     }
     Ok(())
+}
+
+/// Logs `/proc` read failures (out of descriptors…) since the last report, at most every
+/// 10 s; `last` is the count reported and when.
+fn report_proc_errors(last: &mut (u64, std::time::Instant)) {
+    let failed = crate::source::procinfo::read_errors();
+    if failed > last.0 && last.1.elapsed() >= Duration::from_secs(10) {
+        crate::eprintln_safe!(
+            "gpuwatch: {} /proc read(s) failed (last: {}); the processes keep their known facts",
+            failed - last.0,
+            crate::source::procinfo::last_read_error().unwrap_or_default()
+        );
+        *last = (failed, std::time::Instant::now());
+    }
 }
 
 /// Hands the server what it reads: the latest frame, the watched PIDs, the open findings, the

@@ -13,7 +13,7 @@ use std::net::TcpStream;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{Daemon, ScenarioFile, Sleeper, gpuwatch_cmd, gpuwatch_on, request};
+use common::{Daemon, ScenarioFile, Sleeper, gpuwatch_cmd, gpuwatch_on, request, stderr};
 
 const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
 
@@ -385,7 +385,11 @@ sm = 90
         }
     };
     std::thread::spawn(move || lines.for_each(drop));
-    let d = Daemon { child, port };
+    let d = Daemon {
+        child,
+        port,
+        log: std::sync::Arc::default(),
+    };
     let mut s = TcpStream::connect(("127.0.0.1", d.port)).expect("connect");
     s.set_read_timeout(Some(Duration::from_secs(20)))
         .expect("timeout");
@@ -421,4 +425,79 @@ sm = 90
     );
     assert!(metrics.contains("gpuwatch_memory_growth_bytes_per_second{"));
     assert!(metrics.contains("gpuwatch_memory_time_to_full_seconds{"));
+}
+
+/// Token files that used to be accepted wrongly or hang the start are refused with an error
+/// naming the file: a second line (which locked every client out), a FIFO (which blocked the
+/// start forever), anything that is not one printable token.
+#[test]
+fn bad_token_files_are_refused_at_start() {
+    let sc = ScenarioFile::new("[[gpu]]\nmemory_total = \"80GiB\"\n");
+    let file = sc.dir.path().join("token");
+    let arg = file.to_str().expect("utf-8").to_string();
+    for (text, needle) in [
+        ("s3cret\nother\n", "holds more than one line"),
+        ("s3 cret\n", "inside the token"),
+        ("\n", "is empty"),
+    ] {
+        std::fs::write(&file, text).expect("token");
+        let o = gpuwatch_on(
+            &sc,
+            &["daemon", "--listen", "127.0.0.1:0", "--token-file", &arg],
+        );
+        common::fails_with(&o, 2, needle);
+        assert!(stderr(&o).contains(&arg), "{}", stderr(&o));
+    }
+    std::fs::remove_file(&file).expect("rm");
+    let status = std::process::Command::new("mkfifo")
+        .arg(&file)
+        .status()
+        .expect("mkfifo runs");
+    assert!(status.success());
+    let mut child = gpuwatch_cmd(&sc)
+        .args(["daemon", "--listen", "127.0.0.1:0", "--token-file", &arg])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starts");
+    let started = Instant::now();
+    while child.try_wait().expect("wait").is_none() {
+        if started.elapsed() > Duration::from_secs(10) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("a FIFO as the token file blocked the start");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let o = child.wait_with_output().expect("output");
+    common::fails_with(&o, 2, "is not a regular file");
+    assert!(stderr(&o).contains(&arg), "{}", stderr(&o));
+}
+
+/// `authorization: bearer X` (lower case, as curl and some proxies send it) is accepted: the
+/// scheme is case-insensitive (RFC 7235).
+#[test]
+fn the_bearer_scheme_is_case_insensitive() {
+    let sc = ScenarioFile::new("[[gpu]]\nmemory_total = \"80GiB\"\n");
+    let token_file = sc.dir.path().join("token");
+    std::fs::write(&token_file, "s3cret\n").expect("token");
+    let d = Daemon::start(&sc, &["--token-file", token_file.to_str().expect("utf-8")]);
+    for header in [
+        "authorization: bearer s3cret",
+        "AUTHORIZATION: BEARER s3cret",
+        "Authorization: Bearer  s3cret",
+    ] {
+        let mut s = TcpStream::connect(("127.0.0.1", d.port)).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        write!(
+            s,
+            "GET /api/v1/findings HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n{header}\r\n\r\n"
+        )
+        .expect("write");
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut s, &mut text).expect("read");
+        assert!(text.starts_with("HTTP/1.1 200"), "{header}: {text}");
+    }
+    let (status, _) = request(d.port, "/api/v1/findings", Some("s3cretX"));
+    assert_eq!(status, 401);
 }

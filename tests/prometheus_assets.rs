@@ -11,6 +11,8 @@ use std::process::Command;
 
 use serde_json::Value;
 
+mod common;
+
 /// Metric names from DESIGN.md section 6, plus the slowdown threshold the rules compare with.
 const GPUWATCH_METRICS: &[&str] = &[
     "gpuwatch_gpu_info",
@@ -478,4 +480,84 @@ fn grafana_dashboard_is_valid_and_queries_only_exported_metrics() {
     ] {
         assert!(used.contains(name), "{DASHBOARD} never queries {name}");
     }
+}
+
+/// `promtool check metrics` on a live scrape of the daemon on the NVML test double, with every
+/// optional series present: energy, collect errors, an open alert, process memory and SM
+/// utilisation, temperature and power, the HTTP server's own series.
+#[test]
+fn promtool_check_metrics_passes_on_a_live_scrape() {
+    use std::io::Write as _;
+    let sleeper = common::Sleeper::spawn();
+    let sc = common::ScenarioFile::new(&format!(
+        "[[gpu]]\nmemory_total = \"80GiB\"\nmemory_reserved = \"512MiB\"\nbase_used = \"76GiB\"\n\
+         util_gpu = 70\nutil_mem = 40\ntemperature = 65\npower = 300\npower_limit = 700\n\
+         ecc_uncorrected = 1\npcie_rx = 1000\npcie_tx = 500\n\
+         [[gpu.process]]\npid = {}\nused = \"2GiB\"\nsm = 50\n\
+         [[gpu]]\nmemory_total = \"80GiB\"\n[gpu.faults]\nno_permission = [\"temperature\", \"power\"]\n",
+        sleeper.pid()
+    ));
+    // The near-capacity finding opens at once; the slow readings (energy) come every second.
+    std::fs::create_dir_all(sc.dir.path().join("gpuwatch")).expect("config dir");
+    std::fs::write(
+        sc.dir.path().join("gpuwatch/config.toml"),
+        "[sampling]\nslow-interval = \"1s\"\n[detect]\nnear-capacity-min-duration = \"0s\"\n",
+    )
+    .expect("config");
+    let daemon = common::Daemon::start(&sc, &["--no-history"]);
+    let wanted = [
+        "gpuwatch_energy_consumed_joules_total{",
+        "gpuwatch_collect_errors_total{",
+        "gpuwatch_alert_active{",
+        "gpuwatch_process_memory_used_bytes{",
+        "gpuwatch_process_sm_utilization_ratio{",
+        "gpuwatch_process_info{",
+        "gpuwatch_temperature_celsius{",
+        "gpuwatch_power_usage_watts{",
+        "gpuwatch_memory_reserved_bytes{",
+        "gpuwatch_memory_growth_bytes_per_second{",
+        "gpuwatch_last_collect_success ",
+        "gpuwatch_http_rejected_total{",
+        "gpuwatch_proc_read_errors_total ",
+    ];
+    let started = std::time::Instant::now();
+    let text = loop {
+        let (status, text) = common::request(daemon.port, "/metrics", None);
+        assert_eq!(status, 200, "{text}");
+        let missing: Vec<_> = wanted.iter().filter(|w| !text.contains(*w)).collect();
+        if missing.is_empty() {
+            break text;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(20),
+            "series never present: {missing:?}\n{text}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    };
+    let mut child = match Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+    {
+        Ok(child) => child,
+        Err(e) => panic!(
+            "promtool is needed for this test ({e}): `apt-get install prometheus` (.ci/run does)"
+        ),
+    };
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(text.as_bytes())
+        .expect("write to promtool");
+    let out = child.wait_with_output().expect("promtool runs");
+    assert!(
+        out.status.success(),
+        "promtool check metrics ({}):\n{}{}\non:\n{text}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -53,6 +53,14 @@ pub struct DaemonFile {
     pub metrics_top_n: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub metrics_floor: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_connections: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_event_streams: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub idle_timeout: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request_timeout: Option<String>,
 }
 
 /// `[sampling]`
@@ -253,7 +261,16 @@ pub const SCHEMA: &[(&str, &[&str])] = &[
     ),
     (
         "daemon",
-        &["listen", "token-file", "metrics-top-n", "metrics-floor"],
+        &[
+            "listen",
+            "token-file",
+            "metrics-top-n",
+            "metrics-floor",
+            "max-connections",
+            "max-event-streams",
+            "idle-timeout",
+            "request-timeout",
+        ],
     ),
 ];
 

@@ -30,14 +30,14 @@ pub use file::{
 pub use value::{
     ALERT_QUEUE_RANGE, DurationRange, EXTERNAL_HORIZON_RANGE, EXTERNAL_WINDOW_RANGE,
     FILLING_HORIZON_RANGE, FILLING_WINDOW_RANGE, GROWTH_RATE_RANGE, HANG_TIMEOUT_RANGE,
-    HISTORY_WINDOW_RANGE, HYSTERESIS_RANGE, IDLE_DURATION_RANGE, INTERVAL_RANGE, IntRange,
-    LEAK_SUSTAIN_RANGE, LEAK_WARMUP_RANGE, METRICS_TOP_N_RANGE, MIN_PICK_COUNT,
-    NEAR_CAPACITY_MIN_DURATION_RANGE, NEAR_CAPACITY_PERCENT_RANGE, NumberRange, RATE_LIMIT_RANGE,
-    REINIT_BACKOFF_MAX_RANGE, SLOW_INTERVAL_RANGE, ValueError, WEBHOOK_RETRIES_RANGE,
-    WEBHOOK_TIMEOUT_RANGE, bytes_per_s_to_mib_per_min, check_count, check_duration, check_integer,
-    check_number, format_duration, format_number, format_size, fraction_to_percent,
-    mib_per_min_to_bytes_per_s, parse_count, parse_duration_in, parse_size, parse_webhook_url,
-    percent_to_fraction,
+    HISTORY_WINDOW_RANGE, HTTP_TIMEOUT_RANGE, HYSTERESIS_RANGE, IDLE_DURATION_RANGE,
+    INTERVAL_RANGE, IntRange, LEAK_SUSTAIN_RANGE, LEAK_WARMUP_RANGE, MAX_CONNECTIONS_RANGE,
+    MAX_EVENT_STREAMS_RANGE, METRICS_TOP_N_RANGE, MIN_PICK_COUNT, NEAR_CAPACITY_MIN_DURATION_RANGE,
+    NEAR_CAPACITY_PERCENT_RANGE, NumberRange, RATE_LIMIT_RANGE, REINIT_BACKOFF_MAX_RANGE,
+    SLOW_INTERVAL_RANGE, ValueError, WEBHOOK_RETRIES_RANGE, WEBHOOK_TIMEOUT_RANGE,
+    bytes_per_s_to_mib_per_min, check_count, check_duration, check_integer, check_number,
+    format_duration, format_number, format_size, fraction_to_percent, mib_per_min_to_bytes_per_s,
+    parse_count, parse_duration_in, parse_size, parse_webhook_url, percent_to_fraction,
 };
 
 use crate::alert::AlertOptions;
@@ -88,6 +88,17 @@ pub struct DaemonConfig {
     pub metrics_top_n: usize,
     /// …plus every process holding at least this many bytes.
     pub metrics_floor: u64,
+    /// At most this many HTTP connections at once (and at most half the open-files limit).
+    /// [`MAX_CONNECTIONS_RANGE`].
+    pub max_connections: usize,
+    /// At most this many `/api/v1/events` streams at once. [`MAX_EVENT_STREAMS_RANGE`].
+    pub max_event_streams: usize,
+    /// A connection that sends no complete request head for this long is closed (idle
+    /// keep-alive, slow headers). [`HTTP_TIMEOUT_RANGE`].
+    pub idle_timeout: Duration,
+    /// A request (other than the event stream) must be answered in this long, and a client
+    /// that stops reading a response for this long is dropped. [`HTTP_TIMEOUT_RANGE`].
+    pub request_timeout: Duration,
 }
 
 /// `[sampling]`: the sampler's cadences.
@@ -287,6 +298,10 @@ impl Default for Config {
                 token_file: None,
                 metrics_top_n: 20,
                 metrics_floor: 256 << 20,
+                max_connections: 256,
+                max_event_streams: 32,
+                idle_timeout: Duration::from_secs(15),
+                request_timeout: Duration::from_secs(30),
             },
         }
     }
@@ -548,7 +563,33 @@ fn resolve_daemon(
         file.metrics_floor.as_deref(),
         parse_size,
     )?;
+    let max_connections = f.integer(
+        "daemon.max-connections",
+        file.max_connections,
+        MAX_CONNECTIONS_RANGE,
+    )?;
+    let max_event_streams = f.integer(
+        "daemon.max-event-streams",
+        file.max_event_streams,
+        MAX_EVENT_STREAMS_RANGE,
+    )?;
+    let idle_timeout = f.file(
+        "daemon.idle-timeout",
+        file.idle_timeout.as_deref(),
+        duration_in(HTTP_TIMEOUT_RANGE),
+    )?;
+    let request_timeout = f.file(
+        "daemon.request-timeout",
+        file.request_timeout.as_deref(),
+        duration_in(HTTP_TIMEOUT_RANGE),
+    )?;
+    // In range, so these conversions cannot fail.
+    let count = |n: Option<i64>| n.and_then(|n| usize::try_from(n).ok());
     Ok(DaemonConfig {
+        max_connections: layer(None, count(max_connections), d.max_connections),
+        max_event_streams: layer(None, count(max_event_streams), d.max_event_streams),
+        idle_timeout: layer(None, value(idle_timeout), d.idle_timeout),
+        request_timeout: layer(None, value(request_timeout), d.request_timeout),
         listen: layer(None, value(listen), d.listen),
         token_file: layer(None, value(token_file).map(Some), d.token_file),
         // In range, so this conversion cannot fail.
@@ -997,6 +1038,10 @@ impl Config {
                     .map(|p| p.to_string_lossy().into_owned()),
                 metrics_top_n: i64::try_from(self.daemon.metrics_top_n).ok(),
                 metrics_floor: Some(format_size(self.daemon.metrics_floor)),
+                max_connections: i64::try_from(self.daemon.max_connections).ok(),
+                max_event_streams: i64::try_from(self.daemon.max_event_streams).ok(),
+                idle_timeout: Some(format_duration(self.daemon.idle_timeout)),
+                request_timeout: Some(format_duration(self.daemon.request_timeout)),
             }),
         };
         let body = toml::to_string(&file)

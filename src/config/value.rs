@@ -79,6 +79,8 @@ pub const EXTERNAL_HORIZON_RANGE: DurationRange = DurationRange::new(secs(60), s
 pub const IDLE_DURATION_RANGE: DurationRange = DurationRange::new(secs(60), secs(24 * 3600));
 /// `alerts.webhook-timeout`.
 pub const WEBHOOK_TIMEOUT_RANGE: DurationRange = DurationRange::new(ms(100), secs(300));
+/// `daemon.idle-timeout`, `daemon.request-timeout`.
+pub const HTTP_TIMEOUT_RANGE: DurationRange = DurationRange::new(secs(1), secs(600));
 /// `alerts.rate-limit`.
 pub const RATE_LIMIT_RANGE: DurationRange = DurationRange::new(secs(0), secs(24 * 3600));
 
@@ -141,6 +143,16 @@ pub const WEBHOOK_RETRIES_RANGE: IntRange = IntRange { min: 0, max: 10 };
 pub const METRICS_TOP_N_RANGE: IntRange = IntRange {
     min: 0,
     max: 10_000,
+};
+/// `daemon.max-connections`.
+pub const MAX_CONNECTIONS_RANGE: IntRange = IntRange {
+    min: 4,
+    max: 100_000,
+};
+/// `daemon.max-event-streams`.
+pub const MAX_EVENT_STREAMS_RANGE: IntRange = IntRange {
+    min: 1,
+    max: 100_000,
 };
 /// `alerts.queue`.
 pub const ALERT_QUEUE_RANGE: IntRange = IntRange {

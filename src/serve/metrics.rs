@@ -11,7 +11,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use super::{Options, Published};
+use super::{HttpStats, Options, Published};
 use crate::model::GpuSample;
 
 type Labels = Vec<(&'static str, String)>;
@@ -62,8 +62,9 @@ fn gpu_labels(g: &GpuSample) -> Labels {
 }
 
 /// Renders the text exposition format.
-pub fn render(state: &Published, options: &Options) -> Result<String, String> {
+pub fn render(state: &Published, options: &Options, http: &HttpStats) -> Result<String, String> {
     let mut b = Builder::default();
+    http_series(&mut b, http);
     b.gauge(
         "gpuwatch_build_info",
         "gpuwatch build information.",
@@ -120,6 +121,91 @@ pub fn render(state: &Published, options: &Options) -> Result<String, String> {
     let mut out = String::new();
     encode(&mut out, &b.registry).map_err(|e| format!("cannot encode metrics: {e}"))?;
     Ok(out)
+}
+
+/// The HTTP server's own series (and the `/proc` read failures that the connections can
+/// cause), present from the start.
+fn http_series(b: &mut Builder, http: &HttpStats) {
+    let get =
+        |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed) as f64;
+    b.gauge(
+        "gpuwatch_http_connections",
+        "HTTP connections open now.",
+        Vec::new(),
+        get(&http.connections),
+    );
+    b.gauge(
+        "gpuwatch_http_event_streams",
+        "Event streams (/api/v1/events) open now.",
+        Vec::new(),
+        get(&http.event_streams),
+    );
+    for (reason, c) in [
+        ("connections", &http.rejected_connections),
+        ("event_streams", &http.rejected_event_streams),
+    ] {
+        b.counter(
+            "gpuwatch_http_rejected",
+            "Connections and event streams refused with 503 because the server was at its cap.",
+            vec![("reason", reason.to_string())],
+            get(c),
+        );
+    }
+    for (reason, c) in [
+        ("idle_evicted", &http.dropped_idle_evicted),
+        ("idle_timeout", &http.dropped_idle_timeout),
+        ("write_timeout", &http.dropped_write_timeout),
+        ("lagged", &http.dropped_lagged),
+        ("request_timeout", &http.request_timeouts),
+    ] {
+        b.counter(
+            "gpuwatch_http_dropped",
+            "Connections, event streams and requests the server ended early, by reason.",
+            vec![("reason", reason.to_string())],
+            get(c),
+        );
+    }
+    b.counter(
+        "gpuwatch_http_accept_errors",
+        "Failed accepts of HTTP connections (usually out of file descriptors).",
+        Vec::new(),
+        get(&http.accept_errors),
+    );
+    b.counter(
+        "gpuwatch_proc_read_errors",
+        "Reads of a known process's /proc files that failed while it still existed.",
+        Vec::new(),
+        crate::source::procinfo::read_errors() as f64,
+    );
+}
+
+/// The Prometheus text format (0.0.4) of what [`render`] gives in OpenMetrics: a counter's
+/// `# HELP` and `# TYPE` name its samples' name (`…_total`), and there is no `# EOF` or
+/// `# UNIT`. For clients that do not ask for OpenMetrics (`promtool check metrics`, curl, older
+/// scrapers); the samples are the same.
+pub fn to_prometheus_text(openmetrics: &str) -> String {
+    let counters: std::collections::HashSet<&str> = openmetrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE ")?.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(openmetrics.len() + 64 * counters.len());
+    for line in openmetrics.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let meta = ["# HELP ", "# TYPE "].into_iter().find_map(|prefix| {
+            let (name, rest) = line.strip_prefix(prefix)?.split_once(' ')?;
+            counters
+                .contains(name)
+                .then(|| format!("{prefix}{name}_total {rest}"))
+        });
+        match meta {
+            Some(renamed) => out.push_str(&renamed),
+            None => out.push_str(line),
+        }
+        out.push('\n');
+    }
+    out
 }
 
 #[allow(clippy::too_many_lines)] // one flat list of series
@@ -321,6 +407,10 @@ mod tests {
         }
     }
 
+    fn render_test(state: &Published, options: &Options) -> Result<String, String> {
+        render(state, options, &HttpStats::default())
+    }
+
     fn options(top_n: usize, floor: u64) -> Options {
         Options {
             listen: "127.0.0.1:0".parse().unwrap(),
@@ -328,6 +418,7 @@ mod tests {
             top_n,
             floor,
             history: None,
+            limits: super::super::Limits::from(&crate::config::Config::default().daemon),
         }
     }
 
@@ -345,16 +436,16 @@ mod tests {
     #[test]
     fn process_series_are_the_top_n_plus_those_above_the_floor() {
         let s = state();
-        let mut got = pids(&render(&s, &options(1, 1 << 30)).unwrap()).join(",");
+        let mut got = pids(&render_test(&s, &options(1, 1 << 30)).unwrap()).join(",");
         assert_eq!(got, "1,2,3");
-        got = pids(&render(&s, &options(4, u64::MAX)).unwrap()).join(",");
+        got = pids(&render_test(&s, &options(4, u64::MAX)).unwrap()).join(",");
         assert_eq!(got, "1,2,3,4");
-        assert!(pids(&render(&s, &options(0, u64::MAX)).unwrap()).is_empty());
+        assert!(pids(&render_test(&s, &options(0, u64::MAX)).unwrap()).is_empty());
     }
 
     #[test]
     fn unavailable_values_have_no_series() {
-        let text = render(&state(), &options(20, 0)).unwrap();
+        let text = render_test(&state(), &options(20, 0)).unwrap();
         // Power, temperature, utilisation and reserved memory are unknown in this sample.
         for name in [
             "gpuwatch_power_usage_watts",
@@ -370,8 +461,23 @@ mod tests {
     }
 
     #[test]
+    fn the_prometheus_text_names_counters_by_their_samples() {
+        let mut s = state();
+        s.collect_errors.insert("temperature".into(), 2);
+        let om = render_test(&s, &options(20, 0)).unwrap();
+        assert!(om.contains("# TYPE gpuwatch_collect_errors counter\n"));
+        assert!(om.ends_with("# EOF\n"));
+        let text = to_prometheus_text(&om);
+        assert!(text.contains("# HELP gpuwatch_collect_errors_total Driver calls"));
+        assert!(text.contains("# TYPE gpuwatch_collect_errors_total counter\n"));
+        assert!(text.contains("gpuwatch_collect_errors_total{call=\"temperature\"} 2"));
+        assert!(text.contains("# TYPE gpuwatch_memory_used_bytes gauge\n"));
+        assert!(!text.contains("# EOF"));
+    }
+
+    #[test]
     fn no_frame_yet_still_answers() {
-        let text = render(&Published::default(), &options(20, 0)).unwrap();
+        let text = render_test(&Published::default(), &options(20, 0)).unwrap();
         assert!(text.contains("gpuwatch_build_info"));
         assert!(!text.contains("gpuwatch_gpu_info"));
     }

@@ -1,18 +1,27 @@
-//! The daemon's HTTP side: `/metrics` (Prometheus text format) and the JSON API
-//! (`/api/v1/snapshot`, `/api/v1/findings`, `/api/v1/health`, `/api/v1/events` as SSE).
+//! The daemon's HTTP side: `/metrics` (OpenMetrics to clients that ask for it, the classic
+//! Prometheus text format to the rest) and the JSON API (`/api/v1/snapshot`,
+//! `/api/v1/findings`, `/api/v1/health`, `/api/v1/events` as SSE). Connections, timeouts and
+//! their limits: `conn.rs`.
 //!
 //! The daemon loop owns the pipeline and publishes what the server needs into [`Shared`]
 //! after every frame; handlers only read it. Every response is built from the latest frame,
 //! so the series of a process that exited disappear with it.
 
+mod conn;
 mod history;
 pub mod metrics;
 
+pub use conn::{HttpStats, Limits, open_files_limit};
+
 /// At most this many `/api/v1/history` queries run at once; more get 429.
 const HISTORY_QUERIES_AT_ONCE: usize = 2;
+/// Events kept for the event streams (shared by all of them): a client further behind is
+/// dropped.
+const EVENTS_QUEUED: usize = 16;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -38,18 +47,66 @@ pub struct Options {
     pub floor: u64,
     /// The history file `/api/v1/history` reads (the daemon sets it when it records one).
     pub history: Option<std::path::PathBuf>,
+    /// Connections, event streams and timeouts, as in effect.
+    pub limits: Limits,
 }
 
-/// The bearer token in a token file (trimmed; an empty file is an error). The daemon serves
-/// it, `tui --connect` and `tui --prometheus` send it.
+/// A token file larger than this is not a token file.
+const TOKEN_FILE_MAX: u64 = 4096;
+
+/// The bearer token in a token file: one line of printable ASCII without spaces (RFC 6750's
+/// `b64token` and more), surrounding whitespace trimmed. An empty file, a second line, a space
+/// or control character inside, a file over 4 KiB, or anything but a regular file (a FIFO
+/// would block the start) is an error naming the file. The daemon serves it, `tui --connect`
+/// and `tui --prometheus` send it.
 pub fn read_token_file(path: &std::path::Path) -> Result<String, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read the token file '{}': {e}", path.display()))?;
-    let token = text.trim().to_string();
-    if token.is_empty() {
-        return Err(format!("the token file '{}' is empty", path.display()));
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let name = path.display();
+    let fail = |e: std::io::Error| format!("cannot read the token file '{name}': {e}");
+    let not_regular =
+        || format!("the token file '{name}' is not a regular file (a FIFO, device or directory)");
+    if !std::fs::metadata(path).map_err(fail)?.is_file() {
+        return Err(not_regular());
     }
-    Ok(token)
+    // Non-blocking, so that a file swapped for a FIFO after the check cannot block the open;
+    // checked again on what was opened.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits().cast_signed())
+        .open(path)
+        .map_err(fail)?;
+    if !file.metadata().map_err(fail)?.is_file() {
+        return Err(not_regular());
+    }
+    let mut bytes = Vec::new();
+    file.take(TOKEN_FILE_MAX + 1)
+        .read_to_end(&mut bytes)
+        .map_err(fail)?;
+    if bytes.len() as u64 > TOKEN_FILE_MAX {
+        return Err(format!(
+            "the token file '{name}' is larger than {TOKEN_FILE_MAX} bytes: it should hold one token"
+        ));
+    }
+    let text = String::from_utf8(bytes).map_err(|_| {
+        format!("the token file '{name}' is not text (expected one line holding the token)")
+    })?;
+    let token = text.trim();
+    if token.is_empty() {
+        return Err(format!("the token file '{name}' is empty"));
+    }
+    if let Some(c) = token.chars().find(|c| !c.is_ascii_graphic()) {
+        let what = if c == '\n' || c == '\r' {
+            "more than one line".to_string()
+        } else {
+            format!("the character {c:?} inside the token")
+        };
+        return Err(format!(
+            "the token file '{name}' holds {what}: expected one line with the token alone \
+             (printable ASCII, no spaces)"
+        ));
+    }
+    Ok(token.to_string())
 }
 
 impl Options {
@@ -78,6 +135,7 @@ impl Options {
                 .metrics_floor
                 .map_or(config.metrics_floor, |b| b.as_u64()),
             history: None,
+            limits: Limits::from(config).effective(open_files_limit()),
         })
     }
 }
@@ -104,6 +162,7 @@ pub struct Shared {
     pub options: Options,
     /// History queries run on blocking threads; this bounds how many at once.
     history_slots: tokio::sync::Semaphore,
+    pub http: HttpStats,
 }
 
 /// What `/api/v1/events` streams.
@@ -117,12 +176,13 @@ pub enum Event {
 
 impl Shared {
     pub fn new(options: Options) -> Arc<Self> {
-        let (events, _) = broadcast::channel(64);
+        let (events, _) = broadcast::channel(EVENTS_QUEUED);
         Arc::new(Self {
             state: Mutex::new(Published::default()),
             events,
             options,
             history_slots: tokio::sync::Semaphore::new(HISTORY_QUERIES_AT_ONCE),
+            http: HttpStats::default(),
         })
     }
 
@@ -181,12 +241,8 @@ pub fn bind(addr: SocketAddr) -> Result<std::net::TcpListener, String> {
 pub fn spawn(listener: std::net::TcpListener, shared: Arc<Shared>) -> Result<(), String> {
     let listener =
         tokio::net::TcpListener::from_std(listener).map_err(|e| format!("cannot listen: {e}"))?;
-    let app = router(shared);
-    tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, app).await {
-            crate::eprintln_safe!("gpuwatch: the HTTP server stopped: {e}");
-        }
-    });
+    let app = router(Arc::clone(&shared));
+    tokio::spawn(conn::serve(listener, app, shared));
     Ok(())
 }
 
@@ -234,7 +290,7 @@ pub(crate) fn reject(shared: &Shared, headers: &HeaderMap) -> Option<Response> {
     let given = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
+        .and_then(bearer_credentials);
     // Compared without stopping at the first difference.
     let ok = given.is_some_and(|g| {
         g.len() == token.len()
@@ -253,16 +309,31 @@ pub(crate) fn reject(shared: &Shared, headers: &HeaderMap) -> Option<Response> {
     }
 }
 
+/// The credentials of a `Bearer` authorization (the scheme is case-insensitive, RFC 7235
+/// §2.1; one or more spaces follow it).
+fn bearer_credentials(value: &str) -> Option<&str> {
+    let (scheme, rest) = value.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| rest.trim_start_matches(' '))
+}
+
 async fn metrics_handler(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
     if let Some(r) = reject(&shared, &headers) {
         return r;
     }
     let text = {
         let state = shared.lock();
-        metrics::render(&state, &shared.options)
+        metrics::render(&state, &shared.options, &shared.http)
     };
+    // OpenMetrics to those who ask for it (Prometheus does), the classic text format to the
+    // rest (promtool, curl).
+    let openmetrics = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("application/openmetrics-text"));
     match text {
-        Ok(text) => (
+        Ok(text) if openmetrics => (
             StatusCode::OK,
             [(
                 header::CONTENT_TYPE,
@@ -271,6 +342,15 @@ async fn metrics_handler(State(shared): State<Arc<Shared>>, headers: HeaderMap) 
                 ),
             )],
             text,
+        )
+            .into_response(),
+        Ok(text) => (
+            StatusCode::OK,
+            [(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+            )],
+            metrics::to_prometheus_text(&text),
         )
             .into_response(),
         Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, &e),
@@ -313,6 +393,16 @@ async fn events_handler(State(shared): State<Arc<Shared>>, headers: HeaderMap) -
     if let Some(r) = reject(&shared, &headers) {
         return r;
     }
+    let Some(slot) = StreamSlot::take(&shared) else {
+        shared
+            .http
+            .rejected_event_streams
+            .fetch_add(1, Ordering::Relaxed);
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too many event streams; try again later",
+        );
+    };
     let rx = shared.events.subscribe();
     // A new client gets the latest frame at once, then every frame and finding as they come.
     let first = {
@@ -322,22 +412,22 @@ async fn events_handler(State(shared): State<Arc<Shared>>, headers: HeaderMap) -
             .as_ref()
             .map(|f| sse("frame", &snapshot_json(f, &state.watched)))
     };
-    let stream = futures_util::stream::unfold((first, rx), |(first, mut rx)| async move {
-        if let Some(chunk) = first {
-            return Some((Ok::<_, std::convert::Infallible>(chunk), (None, rx)));
-        }
-        loop {
-            match rx.recv().await {
-                Ok(Event::Frame(json)) => return Some((Ok(sse("frame", &json)), (None, rx))),
-                Ok(Event::Finding(json)) => {
-                    return Some((Ok(sse("finding", &json)), (None, rx)));
-                }
-                // A slow client skips what it missed.
-                Err(broadcast::error::RecvError::Lagged(_)) => {}
-                Err(broadcast::error::RecvError::Closed) => return None,
+    let stream =
+        futures_util::stream::unfold((first, rx, slot), |(first, mut rx, slot)| async move {
+            if let Some(chunk) = first {
+                return Some((Ok::<_, std::convert::Infallible>(chunk), (None, rx, slot)));
             }
-        }
-    });
+            match rx.recv().await {
+                Ok(Event::Frame(json)) => Some((Ok(sse("frame", &json)), (None, rx, slot))),
+                Ok(Event::Finding(json)) => Some((Ok(sse("finding", &json)), (None, rx, slot))),
+                // A client that fell behind by more than the queue is dropped, not buffered for.
+                Err(broadcast::error::RecvError::Lagged(_)) => {
+                    slot.0.http.dropped_lagged.fetch_add(1, Ordering::Relaxed);
+                    None
+                }
+                Err(broadcast::error::RecvError::Closed) => None,
+            }
+        });
     (
         StatusCode::OK,
         [
@@ -352,7 +442,73 @@ async fn events_handler(State(shared): State<Arc<Shared>>, headers: HeaderMap) -
         .into_response()
 }
 
+/// One of the event streams' places, given back when the stream ends.
+struct StreamSlot(Arc<Shared>);
+
+impl StreamSlot {
+    fn take(shared: &Arc<Shared>) -> Option<Self> {
+        let max = shared.options.limits.max_event_streams as u64;
+        shared
+            .http
+            .event_streams
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Self(Arc::clone(shared)))
+    }
+}
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        self.0.http.event_streams.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 fn sse(event: &str, data: &str) -> String {
     // The JSON is on one line, so one `data:` line carries it.
     format!("event: {event}\ndata: {data}\n\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bearer_scheme_is_case_insensitive() {
+        for v in ["Bearer abc", "bearer abc", "BEARER abc", "bEaReR   abc"] {
+            assert_eq!(bearer_credentials(v), Some("abc"), "{v}");
+        }
+        for v in ["Basic abc", "Bearerabc", "Bearer", "Token abc"] {
+            assert_eq!(bearer_credentials(v), None, "{v}");
+        }
+    }
+
+    #[test]
+    fn token_files_hold_one_token() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let write = |text: &[u8]| {
+            let p = dir.path().join("token");
+            std::fs::write(&p, text).expect("write");
+            p
+        };
+        assert_eq!(
+            read_token_file(&write(b"  s3cret\n")).as_deref(),
+            Ok("s3cret")
+        );
+        for (text, needle) in [
+            (&b"abc\ndef\n"[..], "more than one line"),
+            (b"abc def", "' ' inside the token"),
+            (b"abc\x1b[2Jdef", "inside the token"),
+            (b"\n\n", "is empty"),
+            (b"\xff\xfe", "not text"),
+        ] {
+            let e = read_token_file(&write(text)).expect_err("refused");
+            assert!(e.contains(needle) && e.contains("token"), "{e}");
+        }
+        let big = vec![b'a'; 5000];
+        assert!(read_token_file(&write(&big)).is_err_and(|e| e.contains("larger than")));
+        let e = read_token_file(dir.path()).expect_err("a directory");
+        assert!(e.contains("not a regular file"), "{e}");
+    }
 }

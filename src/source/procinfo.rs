@@ -22,8 +22,16 @@
 //!   `/bin/false`, such as `gdm`), then — for the invoking user only — `$USER`/`$LOGNAME`. When
 //!   all fail the numeric uid is used as the name, by [`current_user`] too, so comparing the
 //!   two stays consistent.
+//! - Only "no such file" and "no such process" (`ENOENT`, `ESRCH`) mean a known process is
+//!   gone. Any other failure reading its `/proc` files (out of file descriptors, `EACCES`,
+//!   `EIO`) keeps what is known of it — name, command, user, start time — with CPU % and RSS
+//!   unknown for that call, so a passing fault never turns a known process into an unnamed
+//!   stranger. Such failures are counted ([`read_errors`]) and the last one kept
+//!   ([`last_read_error`]) for the daemon to log.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use sysinfo::{Pid, ProcessRefreshKind, ProcessesToUpdate, System, Uid, UpdateKind, Users};
@@ -37,6 +45,44 @@ const USERS_MIN_GAP: Duration = Duration::from_secs(1);
 /// Below this wall-time gap between two calls the CPU baseline is kept and the previous value
 /// repeated: clock ticks are 10 ms, so a shorter window would be mostly quantisation noise.
 const MIN_CPU_WINDOW: Duration = Duration::from_millis(100);
+
+/// `/proc` reads of known processes that failed for a reason other than the process being
+/// gone, since start (all `ProcInfo`s of this process together).
+static READ_ERRORS: AtomicU64 = AtomicU64::new(0);
+static LAST_READ_ERROR: Mutex<Option<String>> = Mutex::new(None);
+
+/// How many `/proc` reads of known processes failed for a reason other than the process
+/// being gone (see the module's semantics), since start.
+pub fn read_errors() -> u64 {
+    READ_ERRORS.load(Ordering::Relaxed)
+}
+
+/// The last such failure, as "PATH: error".
+pub fn last_read_error() -> Option<String> {
+    LAST_READ_ERROR
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone()
+}
+
+/// Whether a failed `/proc` read means the process is gone: only `ENOENT` and `ESRCH` do.
+fn is_gone(e: &std::io::Error) -> bool {
+    e.kind() == std::io::ErrorKind::NotFound
+        || e.raw_os_error() == Some(rustix::io::Errno::SRCH.raw_os_error())
+}
+
+fn note_read_error(pid: u32, e: &std::io::Error) {
+    let n = READ_ERRORS.fetch_add(1, Ordering::Relaxed);
+    if n == 0 {
+        tracing::warn!(pid, error = %e, "cannot read /proc; the process's known facts are kept");
+    }
+    *LAST_READ_ERROR
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(format!("/proc/{pid}: {e}"));
+}
+
+/// Reads a one-line `/proc` file; a seam for tests, which inject failures.
+type LineReader = fn(&str) -> std::io::Result<String>;
 
 /// Cached state of one `(pid, start_time)`.
 #[derive(Debug, Clone)]
@@ -88,6 +134,7 @@ pub struct ProcInfo {
     boot_time: u64,
     ticks_per_s: u64,
     page_size: u64,
+    read_line: LineReader,
 }
 
 impl std::fmt::Debug for ProcInfo {
@@ -109,6 +156,7 @@ impl ProcInfo {
             boot_time: System::boot_time()?,
             ticks_per_s: rustix::param::clock_ticks_per_second().max(1),
             page_size: rustix::param::page_size() as u64,
+            read_line: read_proc_line,
         })
     }
 
@@ -132,10 +180,21 @@ impl ProcInfo {
                 full.push(Pid::from_u32(pid));
                 continue;
             };
-            let Some((stat, rss_pages)) = read_stat(pid).zip(read_statm_rss(pid)) else {
-                self.tracked.remove(&pid);
-                out.insert(pid, HostProc::default());
-                continue;
+            let read = self.read_line;
+            let (stat, rss_pages) = match read_stat_with(read, pid)
+                .and_then(|stat| Ok((stat, read_statm_rss_with(read, pid)?)))
+            {
+                Ok(v) => v,
+                Err(e) if is_gone(&e) => {
+                    self.tracked.remove(&pid);
+                    out.insert(pid, HostProc::default());
+                    continue;
+                }
+                Err(e) => {
+                    note_read_error(pid, &e);
+                    out.insert(pid, t.last_known(&mut self.users));
+                    continue;
+                }
             };
             if stat.start_ticks / self.ticks_per_s + self.boot_time != t.start_time {
                 // The PID was reused by another process: read it in full.
@@ -195,8 +254,19 @@ impl ProcInfo {
 
         for pid in list.iter().map(|p| p.as_u32()) {
             let Some(proc_) = self.system.process(Pid::from_u32(pid)) else {
-                self.tracked.remove(&pid);
-                out.insert(pid, HostProc::default());
+                // `sysinfo` drops a process whatever the failure: ask why, and keep a known
+                // process that is only unreadable now.
+                let why = (self.read_line)(&format!("/proc/{pid}/stat")).err();
+                match (self.tracked.get(&pid), why) {
+                    (Some(t), Some(e)) if !is_gone(&e) => {
+                        note_read_error(pid, &e);
+                        out.insert(pid, t.last_known(&mut self.users));
+                    }
+                    _ => {
+                        self.tracked.remove(&pid);
+                        out.insert(pid, HostProc::default());
+                    }
+                }
                 continue;
             };
             let start_time = proc_.start_time();
@@ -290,6 +360,23 @@ impl ProcInfo {
 }
 
 impl Tracked {
+    /// What is known of the process when its `/proc` files cannot be read now (but it is not
+    /// gone): its identity and facts; CPU % and RSS unknown.
+    fn last_known(&self, users: &mut UserNames) -> HostProc {
+        HostProc {
+            visible: true,
+            name: Some(self.name.clone()),
+            command: Some(self.command.clone()),
+            user: self.uid.map(|u| users.name(u)),
+            uid: self.uid,
+            cpu_percent: None,
+            rss_bytes: None,
+            start_time: Some(self.start_time),
+            ppid: self.ppid,
+            container: self.container.clone(),
+        }
+    }
+
     /// Takes a new reading of the accumulated CPU time: a new CPU % when the window since the
     /// baseline is long enough, else the baseline (and the last value) stays.
     fn observe_cpu(&mut self, cpu_ms: u64, now: Instant) {
@@ -314,16 +401,38 @@ struct Stat {
     start_ticks: u64,
 }
 
+#[cfg(test)]
 fn read_stat(pid: u32) -> Option<Stat> {
-    let text = read_proc_line(&format!("/proc/{pid}/stat"))?;
-    parse_stat(&text)
+    read_stat_with(read_proc_line, pid).ok()
+}
+
+/// A file that reads but does not parse is a failure, not a gone process.
+fn unparsable(path: &str) -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::InvalidData,
+        format!("{path}: unexpected format"),
+    )
+}
+
+fn read_stat_with(read: LineReader, pid: u32) -> std::io::Result<Stat> {
+    let path = format!("/proc/{pid}/stat");
+    parse_stat(&read(&path)?).ok_or_else(|| unparsable(&path))
+}
+
+#[cfg(test)]
+fn read_statm_rss(pid: u32) -> Option<u64> {
+    read_statm_rss_with(read_proc_line, pid).ok()
 }
 
 /// Resident pages from `/proc/PID/statm` (its second field), where `sysinfo` reads them: the
 /// `rss` of `/proc/PID/stat` may lag by the kernel's per-CPU counter batches.
-fn read_statm_rss(pid: u32) -> Option<u64> {
-    let text = read_proc_line(&format!("/proc/{pid}/statm"))?;
-    text.split_ascii_whitespace().nth(1)?.parse().ok()
+fn read_statm_rss_with(read: LineReader, pid: u32) -> std::io::Result<u64> {
+    let path = format!("/proc/{pid}/statm");
+    read(&path)?
+        .split_ascii_whitespace()
+        .nth(1)
+        .and_then(|f| f.parse().ok())
+        .ok_or_else(|| unparsable(&path))
 }
 
 /// A one-line `/proc` file in three system calls (open, read, close): the kernel hands such a
@@ -331,22 +440,22 @@ fn read_statm_rss(pid: u32) -> Option<u64> {
 /// the read that finds the end which `read_to_string` adds (the daemon reads 1 024 of these
 /// per refresh). Keeps reading until a newline or the end all the same. Bytes that are not
 /// UTF-8 (a command name can be anything) are replaced rather than losing the process.
-fn read_proc_line(path: &str) -> Option<String> {
+fn read_proc_line(path: &str) -> std::io::Result<String> {
     use std::io::Read;
-    let mut file = std::fs::File::open(path).ok()?;
+    let mut file = std::fs::File::open(path)?;
     let mut buf = vec![0u8; 512];
     let mut len = 0;
     loop {
         if len == buf.len() {
             buf.resize(len * 2, 0);
         }
-        let n = file.read(&mut buf[len..]).ok()?;
+        let n = file.read(&mut buf[len..])?;
         len += n;
         if n == 0 || buf[..len].ends_with(b"\n") {
             break;
         }
     }
-    Some(String::from_utf8_lossy(&buf[..len]).into_owned())
+    Ok(String::from_utf8_lossy(&buf[..len]).into_owned())
 }
 
 /// Fields of `/proc/PID/stat` (see proc(5)); the command name (field 2) may contain spaces and
@@ -899,8 +1008,11 @@ mod tests {
         let long = "x".repeat(5000);
         std::fs::write(dir.path().join("f"), &long).expect("write");
         let path = dir.path().join("f");
-        assert_eq!(read_proc_line(path.to_str().expect("utf-8")), Some(long));
-        assert_eq!(read_proc_line("/proc/0/stat"), None);
+        assert_eq!(
+            read_proc_line(path.to_str().expect("utf-8")).ok(),
+            Some(long)
+        );
+        assert!(read_proc_line("/proc/0/stat").is_err_and(|e| is_gone(&e)));
         assert!(read_stat(std::process::id()).is_some());
         assert!(read_statm_rss(std::process::id()).is_some_and(|pages| pages > 0));
     }
@@ -981,6 +1093,51 @@ mod tests {
         assert_ne!(h.container.as_deref(), Some("stale"));
         assert_eq!(info.tracked[&pid].start_time, h.start_time.expect("start"));
 
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    fn out_of_descriptors(_: &str) -> std::io::Result<String> {
+        Err(std::io::Error::from_raw_os_error(
+            rustix::io::Errno::MFILE.raw_os_error(),
+        ))
+    }
+
+    fn no_such_process(_: &str) -> std::io::Result<String> {
+        Err(std::io::Error::from_raw_os_error(
+            rustix::io::Errno::SRCH.raw_os_error(),
+        ))
+    }
+
+    #[test]
+    fn an_unreadable_proc_keeps_a_known_process_and_only_gone_forgets_it() {
+        let (mut child, pid) = running_sleep();
+        let mut info = ProcInfo::new().expect("sysinfo supported");
+        let seen = info.enrich(&[pid])[&pid].clone();
+        assert!(seen.visible && seen.name.is_some(), "{seen:?}");
+        let errors = read_errors();
+        // EMFILE (and EACCES, EIO…): the process is still there, only unreadable now.
+        info.read_line = out_of_descriptors;
+        let kept = info.enrich(&[pid])[&pid].clone();
+        assert!(kept.visible, "{kept:?}");
+        assert_eq!(
+            (&kept.name, &kept.command, kept.start_time, &kept.user),
+            (&seen.name, &seen.command, seen.start_time, &seen.user)
+        );
+        assert_eq!((kept.cpu_percent, kept.rss_bytes), (None, None));
+        assert!(read_errors() > errors);
+        assert!(last_read_error().is_some_and(|e| e.contains(&pid.to_string())));
+        assert_eq!(info.loaded_pids(), vec![pid], "still tracked");
+        // Readable again: refreshed as before, same identity.
+        info.read_line = read_proc_line;
+        std::thread::sleep(MIN_CPU_WINDOW);
+        let back = info.enrich(&[pid])[&pid].clone();
+        assert_eq!((back.start_time, &back.name), (seen.start_time, &seen.name));
+        assert!(back.rss_bytes.is_some());
+        // ESRCH: gone.
+        info.read_line = no_such_process;
+        assert_eq!(info.enrich(&[pid])[&pid], HostProc::default());
+        assert!(info.loaded_pids().is_empty());
         let _ = child.kill();
         let _ = child.wait();
     }

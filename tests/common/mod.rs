@@ -138,11 +138,32 @@ pub fn fails_with(o: &Output, code: i32, needle: &str) {
 pub struct Daemon {
     pub child: std::process::Child,
     pub port: u16,
+    /// Its stderr so far.
+    pub log: Arc<Mutex<String>>,
 }
 
 impl Daemon {
     pub fn start(sc: &ScenarioFile, extra: &[&str]) -> Self {
-        let mut child = gpuwatch_cmd(sc)
+        Self::spawn(gpuwatch_cmd(sc), extra)
+    }
+
+    /// Starts it with this many file descriptors at most (`prlimit --nofile=N:N`, util-linux).
+    pub fn start_with_nofile(sc: &ScenarioFile, nofile: u64, extra: &[&str]) -> Self {
+        let plain = gpuwatch_cmd(sc);
+        let mut cmd = Command::new("prlimit");
+        cmd.arg(format!("--nofile={nofile}:{nofile}"))
+            .arg(gpuwatch_bin());
+        for (k, v) in plain.get_envs() {
+            match v {
+                Some(v) => cmd.env(k, v),
+                None => cmd.env_remove(k),
+            };
+        }
+        Self::spawn(cmd, extra)
+    }
+
+    fn spawn(mut cmd: Command, extra: &[&str]) -> Self {
+        let mut child = cmd
             .args(["--interval", "200ms", "daemon", "--listen", "127.0.0.1:0"])
             .args(extra)
             .stderr(Stdio::piped())
@@ -167,7 +188,11 @@ impl Daemon {
         let port = rx
             .recv_timeout(Duration::from_secs(20))
             .unwrap_or_else(|_| panic!("no bound address on stderr: {}", stderr.lock().unwrap()));
-        Self { child, port }
+        Self {
+            child,
+            port,
+            log: stderr,
+        }
     }
 }
 

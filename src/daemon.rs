@@ -169,17 +169,7 @@ async fn pipeline(
                 let Some(frame) = frames.borrow_and_update().clone() else { continue };
                 history.push(&frame.sample);
                 if let Some(store) = store.as_deref_mut() {
-                    // A full disk is reported (once per kind of error) and sampling goes on.
-                    match store.write(&frame.sample) {
-                        Ok(()) => last_store_error = None,
-                        Err(e) => {
-                            let text = e.to_string();
-                            if last_store_error.as_deref() != Some(text.as_str()) {
-                                crate::eprintln_safe!("gpuwatch: history not recorded: {text}");
-                                last_store_error = Some(text);
-                            }
-                        }
-                    }
+                    record(store, &frame.sample, &mut last_store_error);
                 }
                 mine = watch.pids_in(&frame.sample, &crate::source::procinfo::read_ppid);
                 let watched = |p: &ProcSample| mine.contains(&p.pid);
@@ -203,18 +193,7 @@ async fn pipeline(
                     }
                 }
                 report_proc_errors(&mut proc_errors);
-                // Drops are reported as they happen, not only at the end.
-                for s in alerts.stats() {
-                    let before = dropped.insert(s.name, s.dropped).unwrap_or(0);
-                    if s.dropped > before {
-                        crate::eprintln_safe!(
-                            "gpuwatch: sink {} dropped {} event(s): its queue is full (it is slow or failing{})",
-                            s.name,
-                            s.dropped - before,
-                            s.last_error.as_ref().map(|e| format!(": {e}")).unwrap_or_default()
-                        );
-                    }
-                }
+                report_drops(alerts, &mut dropped);
                 match &latest {
                     Some(frame) if frame.age() > stale_after => {
                         let now = frame.sample.taken_at + frame.age().as_secs_f64();
@@ -236,6 +215,44 @@ async fn pipeline(
         }
     }
     Ok(())
+}
+
+/// Writes one sample to the history; a failure (a full disk) is reported once per kind of
+/// error and sampling goes on.
+fn record(
+    store: &mut crate::store::Store,
+    sample: &crate::model::Sample,
+    last: &mut Option<String>,
+) {
+    match store.write(sample) {
+        Ok(()) => *last = None,
+        Err(e) => {
+            let text = e.to_string();
+            if last.as_deref() != Some(text.as_str()) {
+                crate::eprintln_safe!("gpuwatch: history not recorded: {text}");
+                *last = Some(text);
+            }
+        }
+    }
+}
+
+/// Logs what each alert sink dropped since the last report, as it happens, not only at the
+/// end; `dropped` is the count reported per sink.
+fn report_drops(alerts: &Alerts, dropped: &mut std::collections::HashMap<&'static str, u64>) {
+    for s in alerts.stats() {
+        let before = dropped.insert(s.name, s.dropped).unwrap_or(0);
+        if s.dropped > before {
+            crate::eprintln_safe!(
+                "gpuwatch: sink {} dropped {} event(s): its queue is full (it is slow or failing{})",
+                s.name,
+                s.dropped - before,
+                s.last_error
+                    .as_ref()
+                    .map(|e| format!(": {e}"))
+                    .unwrap_or_default()
+            );
+        }
+    }
 }
 
 /// Logs `/proc` read failures (out of descriptors…) since the last report, at most every

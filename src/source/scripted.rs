@@ -83,10 +83,13 @@ impl ScriptedSource {
     pub fn sample_at(&self, t: f64, taken_at: f64) -> Sample {
         let gpus = self
             .scenario
-            .gpus
-            .iter()
+            .present_gpus(t)
             .enumerate()
-            .map(|(i, g)| gpu_at(g, i, t, taken_at))
+            .map(|(rank, (i, g))| {
+                let mut s = gpu_at(g, i, t, taken_at);
+                s.index = rank as u32;
+                s
+            })
             .collect();
         Sample {
             taken_at,

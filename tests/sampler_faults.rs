@@ -88,3 +88,139 @@ faults.slow = [{ call = "memory", ms = 20000, from = 1.5 }]
     assert!(second["gpus"][1]["memory"].is_null());
     assert!(gpu_errors(&second, 0).is_empty());
 }
+
+/// `(event, gpu uuid, gpu index)` of each source-health event in an alerts JSONL file.
+fn source_events(jsonl: &std::path::Path) -> Vec<(String, String, Option<u64>)> {
+    std::fs::read_to_string(jsonl)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("a JSON line"))
+        .filter(|e| e["finding"]["id"]["rule"] == "source-health")
+        .map(|e| {
+            (
+                e["event"].as_str().unwrap_or_default().to_string(),
+                e["finding"]["id"]["gpu"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+                e["finding"]["gpu_index"].as_u64(),
+            )
+        })
+        .collect()
+}
+
+fn label<'a>(line: &'a str, name: &str) -> Option<&'a str> {
+    line.split(&format!("{name}=\"")).nth(1)?.split('"').next()
+}
+
+/// The `uuid` label of every `gpuwatch_gpu_info` series, in GPU index order (one entry per
+/// series: a duplicate index would show as a second entry).
+fn info_uuids(metrics: &str) -> Vec<String> {
+    let mut out: Vec<(u32, String)> = metrics
+        .lines()
+        .filter(|l| l.starts_with("gpuwatch_gpu_info{"))
+        .filter_map(|l| {
+            Some((
+                label(l, "gpu")?.parse().ok()?,
+                label(l, "uuid")?.to_string(),
+            ))
+        })
+        .collect();
+    out.sort();
+    out.into_iter().map(|(_, u)| u).collect()
+}
+
+/// Item 6: two GPUs lost (one comes back) keep their identities across the re-initialisations
+/// the loss triggers: distinct `uuid` labels, one "opened" per GPU and a "resolved" only for the
+/// one that came back, both GPUs' rows in the history.
+#[test]
+fn lost_gpus_keep_their_identity_across_reinitialisation() {
+    let sc = ScenarioFile::new(
+        r#"
+[[gpu]]
+memory_total = "80GiB"
+[[gpu]]
+memory_total = "80GiB"
+base_used = "5GiB"
+lost_at = 2
+[[gpu]]
+memory_total = "80GiB"
+base_used = "7GiB"
+lost_at = 2
+lost_until = 7
+"#,
+    );
+    let jsonl = sc.dir.path().join("events.jsonl");
+    let config = sc.dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!("[alerts]\njsonl = \"{}\"\n", jsonl.display()),
+    )
+    .expect("config");
+    let db = sc.dir.path().join("history.sqlite");
+    let d = Daemon::start(
+        &sc,
+        &[
+            "--history",
+            db.to_str().expect("utf-8"),
+            "--config",
+            config.to_str().expect("utf-8"),
+        ],
+    );
+    let uuids = |m: &str| info_uuids(m);
+    wait_until("three GPUs", Duration::from_secs(10), || {
+        uuids(&metrics(&d)).len() == 3
+    });
+    let before = uuids(&metrics(&d));
+    assert!(before.iter().all(|u| u.starts_with("GPU-")), "{before:?}");
+    // Lost from t = 2; re-initialised at about t = 3 and 5 (the backoff doubles); GPU 2 back at
+    // t = 7.
+    let lost = |m: &str, gpu: &str| {
+        m.lines()
+            .any(|l| l.starts_with("gpuwatch_alert_active{") && l.contains(&format!("gpu=\"{gpu}\"")))
+    };
+    wait_until("both GPUs lost", Duration::from_secs(10), || {
+        let m = metrics(&d);
+        lost(&m, "1") && lost(&m, "2")
+    });
+    std::thread::sleep(Duration::from_secs(4));
+    let during = metrics(&d);
+    assert_eq!(uuids(&during), before, "identities kept while lost");
+    assert!(lost(&during, "1") && lost(&during, "2"), "{during}");
+    let events = source_events(&jsonl);
+    assert_eq!(
+        events.iter().filter(|e| e.0 == "opened").count(),
+        2,
+        "one opened per lost GPU: {events:?}"
+    );
+    assert!(
+        !events.iter().any(|e| e.0 == "resolved"),
+        "nothing resolved while both are lost: {events:?}"
+    );
+    wait_until("GPU 2 back", Duration::from_secs(10), || !lost(&metrics(&d), "2"));
+    std::thread::sleep(Duration::from_secs(1));
+    let after = metrics(&d);
+    assert_eq!(uuids(&after), before);
+    assert!(lost(&after, "1"), "GPU 1 is still lost");
+    let events = source_events(&jsonl);
+    let opened: Vec<_> = events.iter().filter(|e| e.0 == "opened").collect();
+    let resolved: Vec<_> = events.iter().filter(|e| e.0 == "resolved").collect();
+    assert_eq!(opened.len(), 2, "{events:?}");
+    assert_eq!(opened[0].1, before[1], "{events:?}");
+    assert_eq!(opened[1].1, before[2], "{events:?}");
+    assert_eq!(resolved.len(), 1, "only GPU 2 came back: {events:?}");
+    assert_eq!(resolved[0].1, before[2], "{events:?}");
+    assert_eq!(resolved[0].2, Some(2), "{events:?}");
+
+    // The history keeps one series per GPU, under its own identity.
+    let (status, body) = request(d.port, "/api/v1/history?since=1m&step=1s", None);
+    assert_eq!(status, 200, "{body}");
+    let body: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    let series: Vec<String> = body["series"]
+        .as_array()
+        .expect("series")
+        .iter()
+        .map(|s| s["gpu_uuid"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(series, before, "{body}");
+}

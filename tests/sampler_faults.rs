@@ -224,3 +224,67 @@ lost_until = 7
         .collect();
     assert_eq!(series, before, "{body}");
 }
+
+/// A scenario whose very first call (the identity read) hangs for a minute.
+const HUNG_FROM_THE_START: &str = r#"
+[[gpu]]
+memory_total = "80GiB"
+faults.slow = [{ call = "uuid", ms = 60000 }]
+"#;
+
+/// Item 9: a driver hung before the first sample is visible in `/metrics` (the self-metrics
+/// exist from the start, so the collect-failing alert can fire; the stuck call is named) and in
+/// `/api/v1/health`.
+#[test]
+fn a_driver_hung_before_the_first_sample_is_named_by_metrics_and_health() {
+    let sc = ScenarioFile::new(HUNG_FROM_THE_START);
+    let d = Daemon::start(&sc, &[]);
+    let stuck = |m: &str| {
+        m.lines().find(|l| {
+            l.starts_with("gpuwatch_collect_stuck_seconds{")
+                && label(l, "call") == Some("uuid")
+                && label(l, "gpu") == Some("0")
+        })
+        .map(str::to_string)
+    };
+    wait_until("the stuck call in /metrics", Duration::from_secs(10), || {
+        stuck(&metrics(&d)).is_some()
+    });
+    let m = metrics(&d);
+    assert!(
+        m.lines().any(|l| l
+            .strip_prefix("gpuwatch_last_collect_success ")
+            .and_then(|v| v.parse::<f64>().ok())
+            == Some(0.0)),
+        "exported before any sample: {m}"
+    );
+    let (status, body) = request(d.port, "/api/v1/health", None);
+    assert_eq!(status, 200);
+    let health: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    assert_eq!(health["status"], "stale", "{health}");
+    assert_eq!(health["stuck_calls"][0]["call"], "uuid", "{health}");
+    assert_eq!(health["stuck_calls"][0]["gpu"], 0, "{health}");
+    assert!(
+        health["stuck_calls"][0]["detail"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("uuid on GPU 0 has not returned for")),
+        "{health}"
+    );
+    assert!(snapshot(&d).is_none(), "no sample yet");
+}
+
+/// Item 9: `snapshot` on such a driver gives up after `--hang-timeout`, naming the call.
+#[test]
+fn snapshot_names_the_first_call_that_hangs() {
+    let sc = ScenarioFile::new(HUNG_FROM_THE_START);
+    let started = Instant::now();
+    let out = common::gpuwatch_on(&sc, &["--hang-timeout", "2s", "snapshot"]);
+    assert!(started.elapsed() < Duration::from_secs(15));
+    let err = common::stderr(&out);
+    assert_ne!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("the call uuid on GPU 0 has not returned for"),
+        "{err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+}

@@ -341,3 +341,28 @@ fn the_remote_dashboard_follows_a_daemon_and_says_when_it_is_gone() {
     t.keys(&["q"]);
     t.wait_for("a clean exit", |s| s.contains("EXITED rc=0"));
 }
+
+/// Issue 11 item 9: a driver that hangs before the first sample: the dashboard names the call
+/// in the header and in the findings panel, and does not claim "no findings".
+#[test]
+fn a_driver_hung_before_the_first_sample_is_named_on_the_dashboard() {
+    let sc = ScenarioFile::new(
+        "[[gpu]]\nmemory_total = \"80GiB\"\nfaults.slow = [{ call = \"uuid\", ms = 60000 }]\n",
+    );
+    let env = [
+        ("GPUWATCH_NVML_LIB", fake_nvml().display().to_string()),
+        ("FAKE_NVML_SCENARIO", sc.path.display().to_string()),
+    ];
+    let t = Tmux::start("hung-first", &env, "--interval 200ms");
+    let s = t.wait_for("the stuck call", |s| {
+        s.contains("no sample yet: uuid on GPU 0 has not returned for")
+    });
+    assert!(
+        s.contains("! no sample yet: uuid on GPU 0 has not returned for"),
+        "the findings panel names it too:\n{s}"
+    );
+    assert!(!s.contains("no findings"), "{s}");
+    assert!(!s.contains("waiting for the first sample"), "{s}");
+    t.keys(&["q"]);
+    t.wait_for("exit", |s| s.contains("EXITED rc=0"));
+}

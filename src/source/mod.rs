@@ -62,6 +62,33 @@ pub struct InFlight {
     pub since: Instant,
 }
 
+impl InFlight {
+    /// How long the call has been running at `now`.
+    pub fn elapsed(&self, now: Instant) -> Duration {
+        now.saturating_duration_since(self.since)
+    }
+
+    /// `memory_info on GPU 1 has not returned for 20 s`: the one wording of a stuck call, for
+    /// every front end.
+    pub fn describe(&self, now: Instant) -> String {
+        format!(
+            "{}{} has not returned for {:.0} s",
+            self.call,
+            self.gpu.map(|g| format!(" on GPU {g}")).unwrap_or_default(),
+            self.elapsed(now).as_secs_f64()
+        )
+    }
+
+    /// Whether the call has run long enough to call it stuck rather than slow (a healthy call
+    /// takes microseconds; the slowest ones, milliseconds).
+    pub fn is_stuck(&self, now: Instant) -> bool {
+        self.elapsed(now) >= STUCK_AFTER
+    }
+}
+
+/// How long a call runs before front ends report it as stuck.
+pub const STUCK_AFTER: Duration = Duration::from_secs(1);
+
 /// Shared record of the calls in progress: one slot per thread that makes calls (the fast
 /// sampler, the slow sampler, each GPU's worker), so a hung call on one GPU stays visible while
 /// the others go on. Cheap: one uncontended lock per call.
@@ -112,6 +139,13 @@ impl CallProbe {
             .flatten()
             .min_by_key(|f| f.since)
             .cloned()
+    }
+
+    /// Every call in progress on this record, longest first.
+    pub fn all(&self) -> Vec<InFlight> {
+        let mut out: Vec<InFlight> = self.lock().iter().flatten().cloned().collect();
+        out.sort_by_key(|f| f.since);
+        out
     }
 
     /// The call in progress on this probe's own slot.

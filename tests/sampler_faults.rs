@@ -288,3 +288,78 @@ fn snapshot_names_the_first_call_that_hangs() {
     );
     assert!(!err.contains("panicked"), "{err}");
 }
+
+/// A GPU whose driver answers `NOT_SUPPORTED` for the compute process list, with a process on
+/// it that a supported list would show, beside a GPU whose list works and is empty.
+fn no_process_list(pid: u32) -> String {
+    format!(
+        r#"
+[[gpu]]
+memory_total = "80GiB"
+base_used = "3GiB"
+faults.not_supported = ["compute-processes"]
+[[gpu.process]]
+pid = {pid}
+used = "10GiB"
+
+[[gpu]]
+memory_total = "80GiB"
+base_used = "1GiB"
+"#
+    )
+}
+
+/// Item 14: a process list the driver does not give is "not available", not "no processes":
+/// in the snapshot table and JSON, and in `/metrics` (no per-process series, unattributed
+/// memory unknown rather than equal to `used`).
+#[test]
+fn an_unsupported_process_list_is_unavailable_not_empty() {
+    let job = common::Sleeper::spawn();
+    let sc = ScenarioFile::new(&no_process_list(job.pid()));
+
+    let out = common::gpuwatch_on(&sc, &["snapshot"]);
+    let text = common::stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "{}", common::stderr(&out));
+    let (gpu0, gpu1) = text.split_once("GPU 1").expect("two GPUs");
+    assert!(
+        gpu0.contains("process list not available"),
+        "GPU 0 says its list is unknown:\n{text}"
+    );
+    assert!(!gpu0.contains("no processes"), "{text}");
+    assert!(!gpu0.contains("unattributed"), "{text}");
+    assert!(
+        gpu1.contains("unattributed  1.0GiB"),
+        "GPU 1's list is known (and empty):\n{text}"
+    );
+
+    let out = common::gpuwatch_on(&sc, &["snapshot", "--json"]);
+    let snap: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(snap["gpus"][0]["processes_available"], false, "{snap}");
+    assert!(snap["gpus"][0]["unattributed_bytes"].is_null(), "{snap}");
+    assert!(snap["gpus"][0]["external_bytes"].is_null(), "{snap}");
+    assert_eq!(snap["gpus"][1]["processes_available"], true, "{snap}");
+    assert_eq!(snap["gpus"][1]["unattributed_bytes"], 1u64 << 30, "{snap}");
+
+    let d = Daemon::start(&sc, &[]);
+    wait_until("a sample", Duration::from_secs(10), || snapshot(&d).is_some());
+    let m = metrics(&d);
+    let on_gpu0 = |name: &str| {
+        m.lines()
+            .filter(|l| l.starts_with(&format!("{name}{{")) && label(l, "gpu") == Some("0"))
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    assert!(on_gpu0("gpuwatch_memory_unattributed_bytes").is_empty(), "{m}");
+    assert!(on_gpu0("gpuwatch_memory_external_bytes").is_empty(), "{m}");
+    assert!(on_gpu0("gpuwatch_process_memory_used_bytes").is_empty(), "{m}");
+    let available = on_gpu0("gpuwatch_process_list_available");
+    assert!(
+        available.len() == 1 && available[0].ends_with(" 0.0"),
+        "{available:?}"
+    );
+    assert!(
+        m.lines().any(|l| l.starts_with("gpuwatch_memory_unattributed_bytes{")
+            && label(l, "gpu") == Some("1")),
+        "GPU 1's unattributed memory is known: {m}"
+    );
+}

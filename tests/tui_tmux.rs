@@ -366,3 +366,27 @@ fn a_driver_hung_before_the_first_sample_is_named_on_the_dashboard() {
     t.keys(&["q"]);
     t.wait_for("exit", |s| s.contains("EXITED rc=0"));
 }
+
+/// Issue 11 item 14: a GPU whose process list the driver does not give says so on the
+/// dashboard, instead of looking idle.
+#[test]
+fn an_unsupported_process_list_is_named_on_the_dashboard() {
+    let sc = ScenarioFile::new(
+        "[[gpu]]\nmemory_total = \"80GiB\"\nbase_used = \"3GiB\"\nfaults.not_supported = [\"compute-processes\"]\n",
+    );
+    let env = [
+        ("GPUWATCH_NVML_LIB", fake_nvml().display().to_string()),
+        ("FAKE_NVML_SCENARIO", sc.path.display().to_string()),
+    ];
+    let t = Tmux::start("no-list", &env, "--interval 200ms");
+    let s = t.wait_for("the first sample", |s| s.contains("GPU 0"));
+    let s = if s.contains("process list not available") {
+        s
+    } else {
+        t.wait_for("the note", |s| s.contains("process list not available"))
+    };
+    assert!(!s.contains("no process holds memory"), "{s}");
+    assert!(!s.contains("held by no process"), "{s}");
+    t.keys(&["q"]);
+    t.wait_for("exit", |s| s.contains("EXITED rc=0"));
+}

@@ -185,6 +185,12 @@ fn gpu(
             m.reserved.map(|v| v as f64),
         );
     }
+    b.gauge(
+        "gpuwatch_process_list_available",
+        "1 when the driver gave the GPU's process list, 0 when not (no process series then: unknown, not none).",
+        labels.clone(),
+        if g.processes_unavailable { 0.0 } else { 1.0 },
+    );
     b.maybe(
         "gpuwatch_memory_unattributed_bytes",
         "Memory in use that no visible process accounts for.",

@@ -465,6 +465,7 @@ impl NvmlSource {
             .iter()
             .map(|slot| {
                 let mut g = slot.id.empty_sample(slot.shown_index);
+                g.processes_unavailable = true;
                 g.errors.push(error.clone());
                 g
             })
@@ -616,6 +617,7 @@ fn sample_gpu(nvml: &Nvml, index: u32, memo: &mut GpuMemo, probe: &CallProbe) ->
         Ok(d) => d,
         Err(e) => {
             let mut g = memo.id.empty_sample(index);
+            g.processes_unavailable = true;
             g.lost = matches!(e, NvmlError::GpuLost);
             let session_lost = is_session_error(&e);
             g.errors.push(CallError {
@@ -680,7 +682,7 @@ fn sample_gpu(nvml: &Nvml, index: u32, memo: &mut GpuMemo, probe: &CallProbe) ->
         Vec::new()
     };
 
-    let processes = read_processes(&device, &mut r);
+    let (processes, processes_unavailable) = read_processes(&device, &mut r);
 
     let lost = r.lost;
     let session_lost = r.session_lost;
@@ -698,6 +700,7 @@ fn sample_gpu(nvml: &Nvml, index: u32, memo: &mut GpuMemo, probe: &CallProbe) ->
     g.mig_devices = mig_devices;
     g.lost = lost;
     g.processes = processes;
+    g.processes_unavailable = processes_unavailable || lost;
     g.errors = errors;
     g.sort_processes();
     (g, session_lost)
@@ -745,10 +748,13 @@ fn read_mig_devices(device: &Device<'_>, r: &mut Reader<'_>) -> Vec<MigDeviceSam
     out
 }
 
-fn read_processes(device: &Device<'_>, r: &mut Reader<'_>) -> Vec<ProcSample> {
+/// The processes on a device, and whether the list is unknown: the compute list (where CUDA
+/// jobs show) did not answer — `NotSupported`, no permission, an error. Unknown is not "none".
+fn read_processes(device: &Device<'_>, r: &mut Reader<'_>) -> (Vec<ProcSample>, bool) {
     let compute = r.read("running_compute_processes", || {
         device.running_compute_processes()
     });
+    let unavailable = compute.is_none();
     let graphics = r.read("running_graphics_processes", || {
         device.running_graphics_processes()
     });
@@ -767,7 +773,7 @@ fn read_processes(device: &Device<'_>, r: &mut Reader<'_>) -> Vec<ProcSample> {
         }
     }
     if merged.is_empty() {
-        return Vec::new();
+        return (Vec::new(), unavailable);
     }
 
     // Per-process utilisation since the newest sample seen on this device.
@@ -802,7 +808,7 @@ fn read_processes(device: &Device<'_>, r: &mut Reader<'_>) -> Vec<ProcSample> {
         }
     };
 
-    merged
+    let processes = merged
         .into_values()
         .map(|mut p| {
             if let Some(util) = &util {
@@ -814,7 +820,8 @@ fn read_processes(device: &Device<'_>, r: &mut Reader<'_>) -> Vec<ProcSample> {
             }
             p
         })
-        .collect()
+        .collect();
+    (processes, unavailable)
 }
 
 fn merge_process(merged: &mut BTreeMap<u32, ProcSample>, p: &ProcessInfo, kind: ProcKind) {
@@ -903,6 +910,7 @@ impl GpuSource for NvmlSource {
             } else if slot.index.is_none() {
                 let mut g = slot.id.empty_sample(slot.shown_index);
                 g.lost = true;
+                g.processes_unavailable = true;
                 g.errors.push(CallError {
                     call: "device_count".to_string(),
                     error: "Removed: the driver no longer lists this GPU".to_string(),
@@ -911,6 +919,7 @@ impl GpuSource for NvmlSource {
             } else {
                 // Still in a call since an earlier sample: named, its values unavailable.
                 let mut g = slot.id.empty_sample(slot.shown_index);
+                g.processes_unavailable = true;
                 let stuck = slot.worker.as_ref().and_then(|w| w.probe.own());
                 let (call, since) = stuck.map_or(("device_by_index", slot.busy), |f| {
                     (f.call, Some(f.since))

@@ -106,6 +106,7 @@ fn gpu_at(g: &Gpu, index: usize, t: f64, taken_at: f64) -> GpuSample {
     s.pci_bus_id = Some(g.pci_bus_id(index));
     if g.lost(t) {
         s.lost = true;
+        s.processes_unavailable = true;
         s.errors.push(CallError {
             call: "memory_info".to_string(),
             error: "GpuLost".to_string(),
@@ -187,6 +188,7 @@ fn gpu_at(g: &Gpu, index: usize, t: f64, taken_at: f64) -> GpuSample {
             .collect();
     }
     s.processes = processes_at(g, t, taken_at, &has);
+    s.processes_unavailable = !has(Call::ComputeProcesses);
     s.sort_processes();
     s
 }

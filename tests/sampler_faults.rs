@@ -176,8 +176,9 @@ lost_until = 7
     // Lost from t = 2; re-initialised at about t = 3 and 5 (the backoff doubles); GPU 2 back at
     // t = 7.
     let lost = |m: &str, gpu: &str| {
-        m.lines()
-            .any(|l| l.starts_with("gpuwatch_alert_active{") && l.contains(&format!("gpu=\"{gpu}\"")))
+        m.lines().any(|l| {
+            l.starts_with("gpuwatch_alert_active{") && l.contains(&format!("gpu=\"{gpu}\""))
+        })
     };
     wait_until("both GPUs lost", Duration::from_secs(10), || {
         let m = metrics(&d);
@@ -197,7 +198,9 @@ lost_until = 7
         !events.iter().any(|e| e.0 == "resolved"),
         "nothing resolved while both are lost: {events:?}"
     );
-    wait_until("GPU 2 back", Duration::from_secs(10), || !lost(&metrics(&d), "2"));
+    wait_until("GPU 2 back", Duration::from_secs(10), || {
+        !lost(&metrics(&d), "2")
+    });
     std::thread::sleep(Duration::from_secs(1));
     let after = metrics(&d);
     assert_eq!(uuids(&after), before);
@@ -240,16 +243,19 @@ fn a_driver_hung_before_the_first_sample_is_named_by_metrics_and_health() {
     let sc = ScenarioFile::new(HUNG_FROM_THE_START);
     let d = Daemon::start(&sc, &[]);
     let stuck = |m: &str| {
-        m.lines().find(|l| {
-            l.starts_with("gpuwatch_collect_stuck_seconds{")
-                && label(l, "call") == Some("uuid")
-                && label(l, "gpu") == Some("0")
-        })
-        .map(str::to_string)
+        m.lines()
+            .find(|l| {
+                l.starts_with("gpuwatch_collect_stuck_seconds{")
+                    && label(l, "call") == Some("uuid")
+                    && label(l, "gpu") == Some("0")
+            })
+            .map(str::to_string)
     };
-    wait_until("the stuck call in /metrics", Duration::from_secs(10), || {
-        stuck(&metrics(&d)).is_some()
-    });
+    wait_until(
+        "the stuck call in /metrics",
+        Duration::from_secs(10),
+        || stuck(&metrics(&d)).is_some(),
+    );
     let m = metrics(&d);
     assert!(
         m.lines().any(|l| l
@@ -341,7 +347,9 @@ fn an_unsupported_process_list_is_unavailable_not_empty() {
     assert_eq!(snap["gpus"][1]["unattributed_bytes"], 1u64 << 30, "{snap}");
 
     let d = Daemon::start(&sc, &[]);
-    wait_until("a sample", Duration::from_secs(10), || snapshot(&d).is_some());
+    wait_until("a sample", Duration::from_secs(10), || {
+        snapshot(&d).is_some()
+    });
     let m = metrics(&d);
     let on_gpu0 = |name: &str| {
         m.lines()
@@ -349,17 +357,150 @@ fn an_unsupported_process_list_is_unavailable_not_empty() {
             .map(str::to_string)
             .collect::<Vec<_>>()
     };
-    assert!(on_gpu0("gpuwatch_memory_unattributed_bytes").is_empty(), "{m}");
+    assert!(
+        on_gpu0("gpuwatch_memory_unattributed_bytes").is_empty(),
+        "{m}"
+    );
     assert!(on_gpu0("gpuwatch_memory_external_bytes").is_empty(), "{m}");
-    assert!(on_gpu0("gpuwatch_process_memory_used_bytes").is_empty(), "{m}");
+    assert!(
+        on_gpu0("gpuwatch_process_memory_used_bytes").is_empty(),
+        "{m}"
+    );
     let available = on_gpu0("gpuwatch_process_list_available");
     assert!(
         available.len() == 1 && available[0].ends_with(" 0.0"),
         "{available:?}"
     );
     assert!(
-        m.lines().any(|l| l.starts_with("gpuwatch_memory_unattributed_bytes{")
-            && label(l, "gpu") == Some("1")),
+        m.lines()
+            .any(|l| l.starts_with("gpuwatch_memory_unattributed_bytes{")
+                && label(l, "gpu") == Some("1")),
         "GPU 1's unattributed memory is known: {m}"
     );
+}
+
+/// `(index, uuid, lost, memory used)` of each GPU of a snapshot.
+fn gpus_of(snap: &serde_json::Value) -> Vec<(u64, String, bool, Option<u64>)> {
+    snap["gpus"]
+        .as_array()
+        .expect("gpus")
+        .iter()
+        .map(|g| {
+            (
+                g["index"].as_u64().expect("index"),
+                g["uuid"].as_str().unwrap_or_default().to_string(),
+                g["lost"].as_bool().unwrap_or_default(),
+                g["memory"]["used_bytes"].as_u64(),
+            )
+        })
+        .collect()
+}
+
+/// The UUID the double gives the scenario's `n`-th GPU.
+fn uuid(n: u32) -> String {
+    format!("GPU-5ce1a7e0-0000-4000-8000-{n:012x}")
+}
+
+/// Item 14: GPUs removed or added while the daemon runs are followed: a removed GPU stays,
+/// lost, under its own identity (no ghost: the GPU that takes its index is not shown under its
+/// name), and a new GPU appears with its own.
+#[test]
+fn gpus_added_or_removed_while_running_are_followed() {
+    const GIB: u64 = 1 << 30;
+    let sc = ScenarioFile::new(
+        r#"
+[[gpu]]
+memory_total = "80GiB"
+base_used = "1GiB"
+[[gpu]]
+memory_total = "80GiB"
+base_used = "2GiB"
+present = { until = 2.5 }
+[[gpu]]
+memory_total = "80GiB"
+base_used = "3GiB"
+present = { from = 4.5 }
+"#,
+    );
+    let d = Daemon::start(&sc, &[]);
+    wait_until("a sample", Duration::from_secs(10), || {
+        snapshot(&d).is_some()
+    });
+    let at_start = gpus_of(&snapshot(&d).expect("snapshot"));
+    assert_eq!(
+        at_start,
+        [
+            (0, uuid(0), false, Some(GIB)),
+            (1, uuid(1), false, Some(2 * GIB))
+        ]
+    );
+    // t = 2.5: GPU 1 leaves the bus.
+    let removed = [(0, uuid(0), false, Some(GIB)), (1, uuid(1), true, None)];
+    wait_until("the removal", Duration::from_secs(10), || {
+        gpus_of(&snapshot(&d).expect("snapshot")) == removed
+    });
+    // t = 4.5: a new GPU arrives, at index 1.
+    let added = [
+        (0, uuid(0), false, Some(GIB)),
+        (1, uuid(2), false, Some(3 * GIB)),
+        (1, uuid(1), true, None),
+    ];
+    let mut last = Vec::new();
+    let start = Instant::now();
+    while last != added {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the new GPU never shown: {last:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+        last = gpus_of(&snapshot(&d).expect("snapshot"));
+    }
+    let snap = snapshot(&d).expect("snapshot");
+    assert!(
+        gpu_errors(&snap, 2).iter().any(|e| e.contains("Removed")),
+        "the removed GPU says so: {snap}"
+    );
+    let m = metrics(&d);
+    let mut labels: Vec<String> = info_uuids(&m);
+    labels.sort();
+    assert_eq!(labels, [uuid(0), uuid(1), uuid(2)], "{m}");
+}
+
+/// Item 14: one GPU swapped for another at once (the count does not change): the new one is
+/// not shown under the old one's identity.
+#[test]
+fn a_gpu_swapped_at_an_unchanged_count_is_not_a_ghost() {
+    const GIB: u64 = 1 << 30;
+    let sc = ScenarioFile::new(
+        r#"
+[[gpu]]
+memory_total = "80GiB"
+base_used = "2GiB"
+present = { until = 2 }
+[[gpu]]
+memory_total = "80GiB"
+base_used = "3GiB"
+present = { from = 2 }
+"#,
+    );
+    let d = Daemon::start(&sc, &[]);
+    wait_until("a sample", Duration::from_secs(10), || {
+        snapshot(&d).is_some()
+    });
+    let swapped = [(0, uuid(1), false, Some(3 * GIB)), (0, uuid(0), true, None)];
+    let mut seen = Vec::new();
+    let start = Instant::now();
+    while seen != swapped {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "never followed the swap: {seen:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+        seen = gpus_of(&snapshot(&d).expect("snapshot"));
+        // Never the new GPU's memory under the old GPU's name.
+        assert!(
+            !seen.contains(&(0, uuid(0), false, Some(3 * GIB))),
+            "a ghost: {seen:?}"
+        );
+    }
 }

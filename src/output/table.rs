@@ -333,7 +333,10 @@ fn render_processes(
         None => g.memory.is_some() && !g.processes.is_empty(),
     };
     if g.processes_unavailable {
-        let _ = writeln!(out, "       process list not available (the driver did not give it)");
+        let _ = writeln!(
+            out,
+            "       process list not available (the driver did not give it)"
+        );
         return;
     }
     if rows.is_empty() && !show_unattributed {

@@ -212,10 +212,18 @@ struct Done {
     generation: u64,
     sample: GpuSample,
     session_lost: bool,
+    /// The device at this index answered another UUID than the one known: GPUs were swapped
+    /// (removed and added at once), so the sample is not of this slot's GPU.
+    replaced: bool,
     id: Identity,
 }
 
-fn worker_loop(jobs: &mpsc::Receiver<Job>, done: &mpsc::Sender<Done>, key: usize, probe: &CallProbe) {
+fn worker_loop(
+    jobs: &mpsc::Receiver<Job>,
+    done: &mpsc::Sender<Done>,
+    key: usize,
+    probe: &CallProbe,
+) {
     let mut memo = GpuMemo::default();
     let mut generation = None;
     while let Ok(job) = jobs.recv() {
@@ -224,13 +232,20 @@ fn worker_loop(jobs: &mpsc::Receiver<Job>, done: &mpsc::Sender<Done>, key: usize
             generation = Some(job.generation);
         }
         memo.id.update(&job.id);
+        let known = memo.id.uuid.clone();
         let (sample, session_lost) = sample_gpu(&job.nvml, job.index, &mut memo, probe);
         drop(job.nvml);
+        let replaced =
+            known.is_some() && !sample.uuid.is_empty() && known != Some(sample.uuid.clone());
+        if replaced {
+            memo.id = job.id;
+        }
         let answer = Done {
             key,
             generation: job.generation,
             sample,
             session_lost,
+            replaced,
             id: memo.id.clone(),
         };
         if done.send(answer).is_err() {
@@ -410,10 +425,10 @@ impl NvmlSource {
                 matched.push(true);
             }
         }
-        self.gpus.sort_by_key(|g| (g.index.is_none(), g.shown_index));
+        self.gpus
+            .sort_by_key(|g| (g.index.is_none(), g.shown_index));
         self.generation += 1;
     }
-
 
     /// Drops the session and schedules a re-initialisation.
     fn schedule_reinit(&mut self, now: Instant) {
@@ -636,9 +651,14 @@ fn sample_gpu(nvml: &Nvml, index: u32, memo: &mut GpuMemo, probe: &CallProbe) ->
         session_lost: false,
     };
 
-    // Identity: asked until known, then kept (across re-initialisations too).
-    if r.memo.id.uuid.is_none() {
-        r.memo.id.uuid = r.read("uuid", || device.uuid());
+    // Identity: kept across re-initialisations. The UUID is asked every time (≈0.3 µs on
+    // R580): a GPU swapped for another at this index must not be shown under the old identity.
+    if let Some(uuid) = r.read("uuid", || device.uuid()) {
+        if r.memo.id.uuid.as_ref().is_some_and(|known| *known != uuid) {
+            // Another device: what was known about this one does not hold.
+            r.memo.id = Identity::default();
+        }
+        r.memo.id.uuid = Some(uuid);
     }
     if r.memo.id.name.is_none() {
         r.memo.id.name = r.read("name", || device.name());
@@ -897,7 +917,12 @@ impl GpuSource for NvmlSource {
                 error: error_name(&e),
             }),
         }
-        let fresh = self.collect(&nvml, probe, started);
+        let mut fresh = self.collect(&nvml, probe, started);
+        if fresh.iter().any(|d| d.replaced) {
+            // GPUs swapped at an unchanged count: match them again, ask again.
+            self.enumerate(&nvml, probe);
+            fresh = self.collect(&nvml, probe, Instant::now());
+        }
         let mut session_lost = false;
         let mut any_lost = false;
         let mut by_key: HashMap<usize, Done> = fresh.into_iter().map(|d| (d.key, d)).collect();
@@ -921,9 +946,8 @@ impl GpuSource for NvmlSource {
                 let mut g = slot.id.empty_sample(slot.shown_index);
                 g.processes_unavailable = true;
                 let stuck = slot.worker.as_ref().and_then(|w| w.probe.own());
-                let (call, since) = stuck.map_or(("device_by_index", slot.busy), |f| {
-                    (f.call, Some(f.since))
-                });
+                let (call, since) =
+                    stuck.map_or(("device_by_index", slot.busy), |f| (f.call, Some(f.since)));
                 g.errors.push(CallError {
                     call: call.to_string(),
                     error: format!(

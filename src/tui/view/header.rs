@@ -24,11 +24,7 @@ pub fn render(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Context) {
                 spans.push(Span::raw("  "));
                 spans.push(Span::styled(text, if bad { t.bad() } else { t.dim() }));
             }
-            None => match state
-                .in_flight
-                .as_ref()
-                .filter(|c| c.is_stuck(ctx.mono))
-            {
+            None => match state.in_flight.as_ref().filter(|c| c.is_stuck(ctx.mono)) {
                 // A driver that hangs before the first sample: say where.
                 Some(c) => spans.push(Span::styled(
                     format!("  no sample yet: {}", c.describe(ctx.mono)),

@@ -604,7 +604,12 @@ pub unsafe extern "C" fn nvmlDeviceGetIndex(device: NvmlDevice, index: *mut c_ui
         let ctx = self::device(device, None)?;
         ctx.physical()?;
         let g = ctx.dev.gpu_index();
-        let rank = ctx.s.scenario.present_gpus(ctx.t()).take_while(|(p, _)| *p < g).count();
+        let rank = ctx
+            .s
+            .scenario
+            .present_gpus(ctx.t())
+            .take_while(|(p, _)| *p < g)
+            .count();
         unsafe { out(index, rank as c_uint) }
     })
 }

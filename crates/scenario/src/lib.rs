@@ -548,7 +548,10 @@ impl Scenario {
     /// The GPUs the driver lists at `t`, in index order: (position in the scenario, GPU).
     /// The index NVML reports is the rank in this list.
     pub fn present_gpus(&self, t: f64) -> impl Iterator<Item = (usize, &Gpu)> {
-        self.gpus.iter().enumerate().filter(move |(_, g)| g.present(t))
+        self.gpus
+            .iter()
+            .enumerate()
+            .filter(move |(_, g)| g.present(t))
     }
 
     /// Parses a scenario from TOML text.

@@ -504,3 +504,38 @@ present = { from = 2 }
         );
     }
 }
+
+/// Item 10, one-shot: `snapshot` with a GPU whose memory call hangs from the start prints the
+/// other GPU in full after one interval, and the stuck GPU by name with its call.
+#[test]
+fn snapshot_does_not_wait_for_a_hung_gpu() {
+    let sc = ScenarioFile::new(
+        r#"
+[[gpu]]
+memory_total = "80GiB"
+base_used = "1GiB"
+[[gpu]]
+memory_total = "80GiB"
+faults.slow = [{ call = "memory", ms = 30000 }]
+"#,
+    );
+    let started = Instant::now();
+    let out = common::gpuwatch_on(&sc, &["snapshot", "--json"]);
+    let took = started.elapsed();
+    assert_eq!(out.status.code(), Some(0), "{}", common::stderr(&out));
+    assert!(took < Duration::from_secs(10), "took {took:?}");
+    let snap: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(
+        snap["gpus"][0]["memory"]["used_bytes"],
+        1u64 << 30,
+        "{snap}"
+    );
+    assert_eq!(snap["gpus"][1]["uuid"], uuid(1), "{snap}");
+    assert_eq!(snap["gpus"][1]["name"], "NVIDIA H200", "{snap}");
+    assert!(
+        gpu_errors(&snap, 1)
+            .iter()
+            .any(|e| e.contains("memory_info") && e.contains("NoAnswer")),
+        "{snap}"
+    );
+}

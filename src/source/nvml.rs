@@ -152,6 +152,19 @@ impl Identity {
         }
     }
 
+    /// Takes what `other` knows and this does not.
+    fn fill(&mut self, other: &Identity) {
+        for (mine, theirs) in [
+            (&mut self.uuid, &other.uuid),
+            (&mut self.name, &other.name),
+            (&mut self.pci_bus_id, &other.pci_bus_id),
+        ] {
+            if mine.is_none() {
+                mine.clone_from(theirs);
+            }
+        }
+    }
+
     /// A sample of this GPU with nothing but its identity known.
     fn empty_sample(&self, index: u32) -> GpuSample {
         let mut g = GpuSample::empty(index, self.uuid.clone().unwrap_or_default());
@@ -194,6 +207,9 @@ struct Worker {
     jobs: mpsc::Sender<Job>,
     /// The worker's own slot of the call record: names the call it is stuck in.
     probe: CallProbe,
+    /// The identity as the worker read it, published as soon as read: a GPU whose first sample
+    /// hangs after its identity calls is still shown by name.
+    seen: Arc<Mutex<Identity>>,
 }
 
 /// One request to a worker: sample GPU `index` with this session.
@@ -223,6 +239,7 @@ fn worker_loop(
     done: &mpsc::Sender<Done>,
     key: usize,
     probe: &CallProbe,
+    seen: &Mutex<Identity>,
 ) {
     let mut memo = GpuMemo::default();
     let mut generation = None;
@@ -233,7 +250,7 @@ fn worker_loop(
         }
         memo.id.update(&job.id);
         let known = memo.id.uuid.clone();
-        let (sample, session_lost) = sample_gpu(&job.nvml, job.index, &mut memo, probe);
+        let (sample, session_lost) = sample_gpu(&job.nvml, job.index, &mut memo, probe, Some(seen));
         drop(job.nvml);
         let replaced =
             known.is_some() && !sample.uuid.is_empty() && known != Some(sample.uuid.clone());
@@ -498,15 +515,18 @@ impl NvmlSource {
             let wprobe = probe.slot();
             let key = slot.key;
             let thread_probe = wprobe.clone();
+            let seen: Arc<Mutex<Identity>> = Arc::default();
+            let thread_seen = Arc::clone(&seen);
             let spawned = std::thread::Builder::new()
                 .name(format!("gpuwatch-gpu{index}"))
-                .spawn(move || worker_loop(&rx, &done, key, &thread_probe));
+                .spawn(move || worker_loop(&rx, &done, key, &thread_probe, &thread_seen));
             if spawned.is_err() {
                 return;
             }
             slot.worker = Some(Worker {
                 jobs,
                 probe: wprobe,
+                seen,
             });
         }
         let job = Job {
@@ -623,7 +643,13 @@ impl Reader<'_> {
     }
 }
 
-fn sample_gpu(nvml: &Nvml, index: u32, memo: &mut GpuMemo, probe: &CallProbe) -> (GpuSample, bool) {
+fn sample_gpu(
+    nvml: &Nvml,
+    index: u32,
+    memo: &mut GpuMemo,
+    probe: &CallProbe,
+    seen: Option<&Mutex<Identity>>,
+) -> (GpuSample, bool) {
     let mut errors = Vec::new();
     let device = probe.call("device_by_index", Some(index), || {
         nvml.device_by_index(index)
@@ -665,6 +691,12 @@ fn sample_gpu(nvml: &Nvml, index: u32, memo: &mut GpuMemo, probe: &CallProbe) ->
     }
     if r.memo.id.pci_bus_id.is_none() {
         r.memo.id.pci_bus_id = r.read("pci_info", || device.pci_info()).map(|p| p.bus_id);
+    }
+    if let Some(seen) = seen {
+        let mut seen = seen.lock().unwrap_or_else(PoisonError::into_inner);
+        if *seen != r.memo.id {
+            seen.clone_from(&r.memo.id);
+        }
     }
     if !r.memo.thresholds_read {
         let v = r.read("temperature_threshold", || {
@@ -943,7 +975,11 @@ impl GpuSource for NvmlSource {
                 gpus.push(g);
             } else {
                 // Still in a call since an earlier sample: named, its values unavailable.
-                let mut g = slot.id.empty_sample(slot.shown_index);
+                let mut id = slot.id.clone();
+                if let Some(w) = &slot.worker {
+                    id.fill(&w.seen.lock().unwrap_or_else(PoisonError::into_inner));
+                }
+                let mut g = id.empty_sample(slot.shown_index);
                 g.processes_unavailable = true;
                 let stuck = slot.worker.as_ref().and_then(|w| w.probe.own());
                 let (call, since) =

@@ -6,9 +6,11 @@
 //! ```
 //!
 //! NVML calls block, so they never run on the async runtime. The expensive calls live on the
-//! slow thread so they never stretch the fast sample. If a call hangs, no new frame is
-//! published; consumers see the last frame age and go stale, and [`CallProbe`] says which call
-//! is stuck.
+//! slow thread so they never stretch the fast sample. The live source samples each GPU on a
+//! worker thread of its own: a call that hangs on one GPU holds the frame back one interval at
+//! most, and that GPU is shown with the call it is stuck in while the others stay fresh. If
+//! every GPU hangs (or the source itself does), no new frame is published; consumers see the
+//! last frame age and go stale, and [`CallProbe`] says which call is stuck.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -299,11 +299,12 @@ fn load_config(cli: &Cli) -> Result<Config> {
         .map_err(Failure::setup)
 }
 
-/// Opens the source the global options ask for.
+/// Opens the source the global options ask for, to be sampled every `interval`.
 pub fn open_source(
     g: &GlobalArgs,
     config: &Config,
     start_at: Option<f64>,
+    interval: Duration,
 ) -> Result<Box<dyn GpuSource>> {
     if g.demo {
         return Ok(Box::new(ScriptedSource::demo().map_err(Failure::setup)?));
@@ -326,6 +327,8 @@ pub fn open_source(
     let source = NvmlSource::open(NvmlOptions {
         library: config.nvml.library.clone(),
         reinit_backoff_max: config.nvml.reinit_backoff_max,
+        // A GPU stuck in a call holds the others back one interval at most.
+        gpu_deadline: interval,
     })
     .map_err(Failure::setup)?;
     Ok(Box::new(source))
@@ -345,7 +348,12 @@ fn start(
     interval: Option<Duration>,
     headless: bool,
 ) -> Result<Sampler> {
-    let source = open_source(g, config, start_at)?;
+    let source = open_source(
+        g,
+        config,
+        start_at,
+        interval.unwrap_or(config.sampling.interval),
+    )?;
     Sampler::spawn(
         source,
         SamplerOptions {
@@ -952,7 +960,7 @@ fn gpu_env(
 /// there is none.
 fn run_sampler(g: &GlobalArgs, config: &Config) -> (Option<Sampler>, Option<String>) {
     let interval = g.interval.unwrap_or(RUN_INTERVAL);
-    let started = open_source(g, config, None).and_then(|source| {
+    let started = open_source(g, config, None, interval).and_then(|source| {
         Sampler::spawn(
             source,
             SamplerOptions {

@@ -174,12 +174,16 @@ async fn pipeline(
                 mine = watch.pids_in(&frame.sample, &crate::source::procinfo::read_ppid);
                 let watched = |p: &ProcSample| mine.contains(&p.pid);
                 let events = detector.step(&history, &frame.sample, frame.sample.taken_at, None, &watched);
-                publish(shared, &frame, &history, &detector, config, &watched);
+                publish(shared, sampler, &frame, &history, &detector, config, &watched);
                 shared.publish_frame(&frame);
                 latest = Some(frame);
                 events
             },
             _ = tick.tick() => {
+                // The calls the sampler is in: named by /metrics and /api/v1/health even
+                // before the first frame.
+                let calls = sampler.in_flight_all();
+                shared.update(|s| s.in_flight = calls);
                 // Downsampling and retention once a minute.
                 if let Some(store) = store.as_deref_mut()
                     && last_maintain.elapsed() >= Duration::from_mins(1)
@@ -273,6 +277,7 @@ fn report_proc_errors(last: &mut (u64, std::time::Instant)) {
 /// growth per GPU and the failed calls so far.
 fn publish(
     shared: &Shared,
+    sampler: &Sampler,
     frame: &Arc<crate::model::Frame>,
     history: &History,
     detector: &Detector,
@@ -304,6 +309,7 @@ fn publish(
         })
         .collect();
     let findings = detector.open().into_iter().cloned().collect();
+    let in_flight = sampler.in_flight_all();
     shared.update(|s| {
         let errors = frame
             .sample
@@ -314,6 +320,7 @@ fn publish(
             *s.collect_errors.entry(e.call.clone()).or_insert(0) += 1;
         }
         s.latest = Some(Arc::clone(frame));
+        s.in_flight = in_flight;
         s.watched = pids;
         s.growth = growth;
         s.findings = findings;

@@ -215,6 +215,11 @@ pub struct GpuSample {
     pub lost: bool,
     /// Processes sorted by GPU memory, largest first.
     pub processes: Vec<ProcSample>,
+    /// The driver did not give the process list (`NotSupported`, no permission, a failed or
+    /// stuck call, a lost GPU): `processes` is empty because it is unknown, not because no
+    /// process runs. Absent in older recordings (false).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub processes_unavailable: bool,
     /// Calls that failed in this sample, besides those known unsupported.
     pub errors: Vec<CallError>,
 }
@@ -240,13 +245,17 @@ impl GpuSample {
             mig_devices: Vec::new(),
             lost: false,
             processes: Vec::new(),
+            processes_unavailable: false,
             errors: Vec::new(),
         }
     }
 
     /// Memory no visible process accounts for: `used − Σ process used`, only when the device
-    /// value and every process value are known. Never negative.
+    /// value, the process list and every process value are known. Never negative.
     pub fn unattributed_bytes(&self) -> Option<u64> {
+        if self.processes_unavailable {
+            return None;
+        }
         let used = self.memory?.used;
         let mut sum = 0u64;
         for p in &self.processes {
@@ -390,6 +399,14 @@ mod tests {
     #[test]
     fn unattributed_is_unknown_when_any_process_is_unavailable() {
         let g = gpu(50, vec![proc(1, Some(20)), proc(2, None)]);
+        assert_eq!(g.unattributed_bytes(), None);
+    }
+
+    #[test]
+    fn unattributed_is_unknown_without_a_process_list() {
+        let mut g = gpu(50, Vec::new());
+        assert_eq!(g.unattributed_bytes(), Some(50));
+        g.processes_unavailable = true;
         assert_eq!(g.unattributed_bytes(), None);
     }
 

@@ -6,9 +6,11 @@
 //! ```
 //!
 //! NVML calls block, so they never run on the async runtime. The expensive calls live on the
-//! slow thread so they never stretch the fast sample. If a call hangs, no new frame is
-//! published; consumers see the last frame age and go stale, and [`CallProbe`] says which call
-//! is stuck.
+//! slow thread so they never stretch the fast sample. The live source samples each GPU on a
+//! worker thread of its own: a call that hangs on one GPU holds the frame back one interval at
+//! most, and that GPU is shown with the call it is stuck in while the others stay fresh. If
+//! every GPU hangs (or the source itself does), no new frame is published; consumers see the
+//! last frame age and go stale, and [`CallProbe`] says which call is stuck.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -225,6 +227,14 @@ impl Sampler {
             .or_else(|| self.slow_probe.in_flight())
     }
 
+    /// Every call the sampler's threads are in, longest first.
+    pub fn in_flight_all(&self) -> Vec<InFlight> {
+        let mut all = self.probe.all();
+        all.extend(self.slow_probe.all());
+        all.sort_by_key(|f| f.since);
+        all
+    }
+
     /// Waits up to `timeout` for the first frame the sampler published. On timeout, says
     /// which call hangs.
     pub async fn first_frame(&self, timeout: Duration) -> Result<Arc<Frame>, FirstFrameError> {
@@ -273,11 +283,9 @@ pub enum FirstFrameError {
 fn describe_hang(waited: Duration, in_flight: Option<&InFlight>) -> String {
     match in_flight {
         Some(f) => format!(
-            "no sample after {}: the call {}{} has not returned for {:.1} s (is the driver hung?)",
+            "no sample after {}: the call {} (is the driver hung?)",
             humantime::format_duration(waited),
-            f.call,
-            f.gpu.map(|g| format!(" on GPU {g}")).unwrap_or_default(),
-            f.since.elapsed().as_secs_f64()
+            f.describe(Instant::now())
         ),
         None => format!("no sample after {}", humantime::format_duration(waited)),
     }

@@ -569,3 +569,52 @@ fn a_pid_not_visible_here_is_never_signalled() {
     t.keys(&["Escape", "q"]);
     t.wait_for("exit", |s| s.contains("EXITED rc=0"));
 }
+
+/// Issue 11 item 9: a driver that hangs before the first sample: the dashboard names the call
+/// in the header and in the findings panel, and does not claim "no findings".
+#[test]
+fn a_driver_hung_before_the_first_sample_is_named_on_the_dashboard() {
+    let sc = ScenarioFile::new(
+        "[[gpu]]\nmemory_total = \"80GiB\"\nfaults.slow = [{ call = \"uuid\", ms = 60000 }]\n",
+    );
+    let env = [
+        ("GPUWATCH_NVML_LIB", fake_nvml().display().to_string()),
+        ("FAKE_NVML_SCENARIO", sc.path.display().to_string()),
+    ];
+    let t = Tmux::start("hung-first", &env, "--interval 200ms");
+    let s = t.wait_for("the stuck call", |s| {
+        s.contains("no sample yet: uuid on GPU 0 has not returned for")
+    });
+    assert!(
+        s.contains("! no sample yet: uuid on GPU 0 has not returned for"),
+        "the findings panel names it too:\n{s}"
+    );
+    assert!(!s.contains("no findings"), "{s}");
+    assert!(!s.contains("waiting for the first sample"), "{s}");
+    t.keys(&["q"]);
+    t.wait_for("exit", |s| s.contains("EXITED rc=0"));
+}
+
+/// Issue 11 item 14: a GPU whose process list the driver does not give says so on the
+/// dashboard, instead of looking idle.
+#[test]
+fn an_unsupported_process_list_is_named_on_the_dashboard() {
+    let sc = ScenarioFile::new(
+        "[[gpu]]\nmemory_total = \"80GiB\"\nbase_used = \"3GiB\"\nfaults.not_supported = [\"compute-processes\"]\n",
+    );
+    let env = [
+        ("GPUWATCH_NVML_LIB", fake_nvml().display().to_string()),
+        ("FAKE_NVML_SCENARIO", sc.path.display().to_string()),
+    ];
+    let t = Tmux::start("no-list", &env, "--interval 200ms");
+    let s = t.wait_for("the first sample", |s| s.contains("GPU 0"));
+    let s = if s.contains("process list not available") {
+        s
+    } else {
+        t.wait_for("the note", |s| s.contains("process list not available"))
+    };
+    assert!(!s.contains("no process holds memory"), "{s}");
+    assert!(!s.contains("held by no process"), "{s}");
+    t.keys(&["q"]);
+    t.wait_for("exit", |s| s.contains("EXITED rc=0"));
+}

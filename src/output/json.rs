@@ -83,6 +83,10 @@ pub struct Gpu {
     pub mig_mode: Option<String>,
     pub mig_devices: Vec<MigDevice>,
     pub errors: Vec<Error>,
+    /// False when the driver did not give the process list (not supported, no permission,
+    /// a failed or stuck call, a lost GPU): `processes` is then empty because it is unknown.
+    #[serde(default = "yes")]
+    pub processes_available: bool,
     pub processes: Vec<Process>,
 }
 
@@ -122,6 +126,10 @@ pub struct Process {
     pub container: Option<String>,
 }
 
+fn yes() -> bool {
+    true
+}
+
 fn memory(m: Option<crate::model::Memory>) -> Option<MemoryJson> {
     m.map(|m| MemoryJson {
         total_bytes: m.total,
@@ -142,6 +150,9 @@ fn errors(list: &[crate::model::CallError]) -> Vec<Error> {
 
 /// The memory of watched processes and everything else (`None` when a process is n/a).
 pub fn split_mine(gpu: &GpuSample, watched: WatchedFn<'_>) -> Option<(u64, u64)> {
+    if gpu.processes_unavailable {
+        return None;
+    }
     let used = gpu.memory?.used;
     let mut mine = 0u64;
     for p in gpu.processes.iter().filter(|p| watched(p)) {
@@ -240,6 +251,7 @@ pub fn snapshot(frame: &Frame, gpus: &[u32], watched: WatchedFn<'_>, now_unix: u
                         })
                         .collect(),
                     errors: errors(&g.errors),
+                    processes_available: !g.processes_unavailable,
                     processes: g
                         .processes
                         .iter()
@@ -325,6 +337,7 @@ impl Snapshot {
                     })
                     .collect(),
                 lost: g.lost,
+                processes_unavailable: !g.processes_available,
                 processes: g
                     .processes
                     .iter()

@@ -332,6 +332,13 @@ fn render_processes(
         Some(b) => b >= opts.unattributed_min,
         None => g.memory.is_some() && !g.processes.is_empty(),
     };
+    if g.processes_unavailable {
+        let _ = writeln!(
+            out,
+            "       process list not available (the driver did not give it)"
+        );
+        return;
+    }
     if rows.is_empty() && !show_unattributed {
         let _ = writeln!(out, "       no processes");
         return;

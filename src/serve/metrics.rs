@@ -79,6 +79,28 @@ pub fn render(state: &Published, options: &Options, http: &HttpStats) -> Result<
             *n as f64,
         );
     }
+    let now = std::time::Instant::now();
+    for c in state.in_flight.iter().filter(|c| c.is_stuck(now)) {
+        b.gauge(
+            "gpuwatch_collect_stuck_seconds",
+            "How long a driver call has been running, for calls running a second or more.",
+            vec![
+                ("call", c.call.to_string()),
+                ("gpu", c.gpu.map(|g| g.to_string()).unwrap_or_default()),
+            ],
+            c.elapsed(now).as_secs_f64(),
+        );
+    }
+    if state.latest.is_none() {
+        // Exported from the start: a driver that hangs before the first sample must fire the
+        // collect-failing alert, not leave it without a series.
+        b.gauge(
+            "gpuwatch_last_collect_success",
+            "1 when the last sample had no failed call and the source is not stale.",
+            Vec::new(),
+            0.0,
+        );
+    }
     if let Some(frame) = &state.latest {
         let sample = &frame.sample;
         b.gauge(
@@ -249,6 +271,12 @@ fn gpu(
             m.reserved.map(|v| v as f64),
         );
     }
+    b.gauge(
+        "gpuwatch_process_list_available",
+        "1 when the driver gave the GPU's process list, 0 when not (no process series then: unknown, not none).",
+        labels.clone(),
+        if g.processes_unavailable { 0.0 } else { 1.0 },
+    );
     b.maybe(
         "gpuwatch_memory_unattributed_bytes",
         "Memory in use that no visible process accounts for.",

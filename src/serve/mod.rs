@@ -152,6 +152,9 @@ pub struct Published {
     pub growth: HashMap<String, (Option<f64>, Option<f64>)>,
     /// Failed calls since start, by call name.
     pub collect_errors: BTreeMap<String, u64>,
+    /// The driver calls the sampler is in now, longest first (a hung driver shows here
+    /// before any frame does).
+    pub in_flight: Vec<crate::source::InFlight>,
 }
 
 /// Shared between the daemon loop and the handlers.
@@ -378,13 +381,34 @@ async fn findings_handler(State(shared): State<Arc<Shared>>, headers: HeaderMap)
 
 async fn health_handler(State(shared): State<Arc<Shared>>) -> Response {
     let state = shared.lock();
+    let now = std::time::Instant::now();
+    // The calls stuck now: what a hung driver is doing, named.
+    let stuck: Vec<serde_json::Value> = state
+        .in_flight
+        .iter()
+        .filter(|c| c.is_stuck(now))
+        .map(|c| {
+            serde_json::json!({
+                "call": c.call,
+                "gpu": c.gpu,
+                "seconds": c.elapsed(now).as_secs_f64(),
+                "detail": c.describe(now),
+            })
+        })
+        .collect();
     let body = match &state.latest {
         Some(frame) => serde_json::json!({
             "status": if frame.is_stale() { "stale" } else { "ok" },
             "age_seconds": frame.age().as_secs_f64(),
             "source": frame.source.kind.to_string(),
+            "stuck_calls": stuck,
         }),
-        None => serde_json::json!({ "status": "stale", "age_seconds": null, "source": null }),
+        None => serde_json::json!({
+            "status": "stale",
+            "age_seconds": null,
+            "source": null,
+            "stuck_calls": stuck,
+        }),
     };
     json_response(StatusCode::OK, body.to_string())
 }

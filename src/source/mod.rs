@@ -62,10 +62,49 @@ pub struct InFlight {
     pub since: Instant,
 }
 
-/// Shared record of the call in progress. Cheap: one uncontended lock per call.
-#[derive(Debug, Clone, Default)]
+impl InFlight {
+    /// How long the call has been running at `now`.
+    pub fn elapsed(&self, now: Instant) -> Duration {
+        now.saturating_duration_since(self.since)
+    }
+
+    /// `memory_info on GPU 1 has not returned for 20 s`: the one wording of a stuck call, for
+    /// every front end.
+    pub fn describe(&self, now: Instant) -> String {
+        format!(
+            "{}{} has not returned for {:.0} s",
+            self.call,
+            self.gpu.map(|g| format!(" on GPU {g}")).unwrap_or_default(),
+            self.elapsed(now).as_secs_f64()
+        )
+    }
+
+    /// Whether the call has run long enough to call it stuck rather than slow (a healthy call
+    /// takes microseconds; the slowest ones, milliseconds).
+    pub fn is_stuck(&self, now: Instant) -> bool {
+        self.elapsed(now) >= STUCK_AFTER
+    }
+}
+
+/// How long a call runs before front ends report it as stuck.
+pub const STUCK_AFTER: Duration = Duration::from_secs(1);
+
+/// Shared record of the calls in progress: one slot per thread that makes calls (the fast
+/// sampler, the slow sampler, each GPU's worker), so a hung call on one GPU stays visible while
+/// the others go on. Cheap: one uncontended lock per call.
+#[derive(Debug, Clone)]
 pub struct CallProbe {
-    current: Arc<Mutex<Option<InFlight>>>,
+    slots: Arc<Mutex<Vec<Option<InFlight>>>>,
+    slot: usize,
+}
+
+impl Default for CallProbe {
+    fn default() -> Self {
+        Self {
+            slots: Arc::new(Mutex::new(vec![None])),
+            slot: 0,
+        }
+    }
 }
 
 impl CallProbe {
@@ -81,18 +120,78 @@ impl CallProbe {
         out
     }
 
-    /// The call in progress, if any.
+    /// A probe for another thread: its own slot in the same record, so that
+    /// [`in_flight`](Self::in_flight) on any of them sees its calls too.
+    #[must_use]
+    pub fn slot(&self) -> CallProbe {
+        let mut slots = self.lock();
+        slots.push(None);
+        CallProbe {
+            slots: Arc::clone(&self.slots),
+            slot: slots.len() - 1,
+        }
+    }
+
+    /// The call in progress longest, on any slot of this record.
     pub fn in_flight(&self) -> Option<InFlight> {
-        self.current
+        self.lock()
+            .iter()
+            .flatten()
+            .min_by_key(|f| f.since)
+            .cloned()
+    }
+
+    /// Every call in progress on this record, longest first.
+    pub fn all(&self) -> Vec<InFlight> {
+        let mut out: Vec<InFlight> = self.lock().iter().flatten().cloned().collect();
+        out.sort_by_key(|f| f.since);
+        out
+    }
+
+    /// The call in progress on this probe's own slot.
+    pub fn own(&self) -> Option<InFlight> {
+        self.lock().get(self.slot).cloned().flatten()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Option<InFlight>>> {
+        self.slots
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
     }
 
     fn set(&self, value: Option<InFlight>) {
-        *self
-            .current
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = value;
+        if let Some(slot) = self.lock().get_mut(self.slot) {
+            *slot = value;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_report_the_oldest_call_and_their_own() {
+        let probe = CallProbe::default();
+        let worker = probe.slot();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let w = worker.clone();
+        let t = std::thread::spawn(move || {
+            w.call("memory_info", Some(1), || {
+                tx.send(()).unwrap();
+                done_rx.recv().unwrap();
+            });
+        });
+        rx.recv().unwrap();
+        // The fast slot finishing a call does not clear the worker's.
+        probe.call("device_count", None, || ());
+        let f = probe.in_flight().expect("the worker's call is seen");
+        assert_eq!((f.call, f.gpu), ("memory_info", Some(1)));
+        assert_eq!(probe.own(), None);
+        assert_eq!(worker.own().map(|f| f.call), Some("memory_info"));
+        done_tx.send(()).unwrap();
+        t.join().unwrap();
+        assert_eq!(probe.in_flight(), None);
     }
 }

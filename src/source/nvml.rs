@@ -18,7 +18,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ffi::OsStr;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, mpsc};
 use std::time::{Duration, Instant, SystemTime};
 
 use nvml_wrapper::enum_wrappers::device::{
@@ -45,6 +45,9 @@ pub struct NvmlOptions {
     pub library: Option<PathBuf>,
     /// Longest wait between re-initialisation attempts.
     pub reinit_backoff_max: Duration,
+    /// How long a sample waits for a GPU's worker before showing that GPU as stuck in its
+    /// call (the others are not held back longer). The sampling interval suits.
+    pub gpu_deadline: Duration,
 }
 
 impl Default for NvmlOptions {
@@ -52,6 +55,7 @@ impl Default for NvmlOptions {
         Self {
             library: None,
             reinit_backoff_max: Duration::from_secs(30),
+            gpu_deadline: Duration::from_secs(1),
         }
     }
 }
@@ -125,12 +129,55 @@ impl Session {
     }
 }
 
-/// What we remember about one GPU across samples.
-#[derive(Debug, Default, Clone)]
-struct GpuMemo {
+/// What identifies a GPU to users and to every consumer (series labels, history rows, findings):
+/// kept across re-initialisations, so a GPU that is lost keeps the name it had.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+struct Identity {
     uuid: Option<String>,
     name: Option<String>,
     pci_bus_id: Option<String>,
+}
+
+impl Identity {
+    /// Takes what `newer` knows, keeping what it does not.
+    fn update(&mut self, newer: &Identity) {
+        for (mine, theirs) in [
+            (&mut self.uuid, &newer.uuid),
+            (&mut self.name, &newer.name),
+            (&mut self.pci_bus_id, &newer.pci_bus_id),
+        ] {
+            if theirs.is_some() {
+                mine.clone_from(theirs);
+            }
+        }
+    }
+
+    /// Takes what `other` knows and this does not.
+    fn fill(&mut self, other: &Identity) {
+        for (mine, theirs) in [
+            (&mut self.uuid, &other.uuid),
+            (&mut self.name, &other.name),
+            (&mut self.pci_bus_id, &other.pci_bus_id),
+        ] {
+            if mine.is_none() {
+                mine.clone_from(theirs);
+            }
+        }
+    }
+
+    /// A sample of this GPU with nothing but its identity known.
+    fn empty_sample(&self, index: u32) -> GpuSample {
+        let mut g = GpuSample::empty(index, self.uuid.clone().unwrap_or_default());
+        g.name.clone_from(&self.name);
+        g.pci_bus_id.clone_from(&self.pci_bus_id);
+        g
+    }
+}
+
+/// What a GPU's worker remembers about its GPU across samples of one session.
+#[derive(Debug, Default, Clone)]
+struct GpuMemo {
+    id: Identity,
     temp_slowdown: Option<u32>,
     /// Whether the static thresholds were read this session.
     thresholds_read: bool,
@@ -140,12 +187,103 @@ struct GpuMemo {
     last_seen_us: u64,
 }
 
-/// The live NVML source.
+/// One GPU as the source follows it: its identity and its worker thread. A GPU the driver no
+/// longer enumerates keeps its slot (shown lost, under its last identity).
+struct GpuSlot {
+    /// Stable key of this slot (workers answer with it).
+    key: usize,
+    id: Identity,
+    /// NVML index in the current enumeration; `None`: no longer enumerated (removed).
+    index: Option<u32>,
+    /// The index shown: the current one, or the last one it had.
+    shown_index: u32,
+    worker: Option<Worker>,
+    /// When the request now outstanding was sent.
+    busy: Option<Instant>,
+}
+
+/// A GPU's sampling thread: a hung call on its GPU blocks only it.
+struct Worker {
+    jobs: mpsc::Sender<Job>,
+    /// The worker's own slot of the call record: names the call it is stuck in.
+    probe: CallProbe,
+    /// The identity as the worker read it, published as soon as read: a GPU whose first sample
+    /// hangs after its identity calls is still shown by name.
+    seen: Arc<Mutex<Identity>>,
+}
+
+/// One request to a worker: sample GPU `index` with this session.
+struct Job {
+    nvml: Arc<Nvml>,
+    index: u32,
+    /// Enumeration generation: a new one resets what the worker cached about its GPU (the
+    /// device may have been reset or replaced), identity excepted.
+    generation: u64,
+    id: Identity,
+}
+
+/// A worker's answer.
+struct Done {
+    key: usize,
+    generation: u64,
+    sample: GpuSample,
+    session_lost: bool,
+    /// The device at this index answered another UUID than the one known: GPUs were swapped
+    /// (removed and added at once), so the sample is not of this slot's GPU.
+    replaced: bool,
+    id: Identity,
+}
+
+fn worker_loop(
+    jobs: &mpsc::Receiver<Job>,
+    done: &mpsc::Sender<Done>,
+    key: usize,
+    probe: &CallProbe,
+    seen: &Mutex<Identity>,
+) {
+    let mut memo = GpuMemo::default();
+    let mut generation = None;
+    while let Ok(job) = jobs.recv() {
+        if generation != Some(job.generation) {
+            memo = GpuMemo::default();
+            generation = Some(job.generation);
+        }
+        memo.id.update(&job.id);
+        let known = memo.id.uuid.clone();
+        let (sample, session_lost) = sample_gpu(&job.nvml, job.index, &mut memo, probe, Some(seen));
+        drop(job.nvml);
+        let replaced =
+            known.is_some() && !sample.uuid.is_empty() && known != Some(sample.uuid.clone());
+        if replaced {
+            memo.id = job.id;
+        }
+        let answer = Done {
+            key,
+            generation: job.generation,
+            sample,
+            session_lost,
+            replaced,
+            id: memo.id.clone(),
+        };
+        if done.send(answer).is_err() {
+            break;
+        }
+    }
+}
+
+/// The live NVML source. Each GPU is sampled by a worker thread of its own (NVML is
+/// thread-safe), so a call that hangs on one GPU delays only that GPU: the sample waits for the
+/// workers up to [`NvmlOptions::gpu_deadline`], then shows a GPU still in a call with that call
+/// named and its values unavailable.
 pub struct NvmlSource {
     options: NvmlOptions,
     session: Arc<Session>,
     info: SourceInfo,
-    gpus: Vec<GpuMemo>,
+    gpus: Vec<GpuSlot>,
+    next_key: usize,
+    generation: u64,
+    done_tx: mpsc::Sender<Done>,
+    done_rx: mpsc::Receiver<Done>,
     backoff: Duration,
     next_reinit: Option<Instant>,
 }
@@ -210,14 +348,103 @@ impl NvmlSource {
         };
         let session = Arc::new(Session::default());
         session.set(Some(Arc::new(nvml)));
-        Ok(Self {
+        let (done_tx, done_rx) = mpsc::channel();
+        let mut source = Self {
             options,
             session,
             info,
-            gpus: vec![GpuMemo::default(); count as usize],
+            gpus: Vec::new(),
+            next_key: 0,
+            generation: 0,
+            done_tx,
+            done_rx,
             backoff: Duration::from_secs(1),
             next_reinit: None,
-        })
+        };
+        // Identities are read by the workers on the first sample, not here: a call that hangs
+        // must hang where the sampler can name it, not before it starts.
+        for index in 0..count {
+            source.add_slot(index, Identity::default());
+        }
+        Ok(source)
+    }
+
+    fn add_slot(&mut self, index: u32, id: Identity) {
+        self.gpus.push(GpuSlot {
+            key: self.next_key,
+            id,
+            index: Some(index),
+            shown_index: index,
+            worker: None,
+            busy: None,
+        });
+        self.next_key += 1;
+    }
+
+    /// Matches the driver's devices to the GPUs followed so far: by UUID, else (a device whose
+    /// UUID cannot be read, such as a lost one) by the index it had. Devices no longer listed
+    /// keep their slot, marked removed; new ones get a slot. Workers forget their caches.
+    fn enumerate(&mut self, nvml: &Nvml, probe: &CallProbe) {
+        let count = probe
+            .call("device_count", None, || nvml.device_count())
+            .unwrap_or(0);
+        let found: Vec<(u32, Option<String>)> = (0..count)
+            .map(|i| {
+                let uuid = probe.call("uuid", Some(i), || {
+                    nvml.device_by_index(i).and_then(|d| d.uuid())
+                });
+                (i, uuid.ok())
+            })
+            .collect();
+        let previous: Vec<Option<u32>> = self.gpus.iter().map(|g| g.index).collect();
+        let mut matched = vec![false; self.gpus.len()];
+        for g in &mut self.gpus {
+            g.index = None;
+        }
+        let mut unmatched = Vec::new();
+        for (i, uuid) in &found {
+            let by_uuid = uuid.as_ref().and_then(|u| {
+                (0..self.gpus.len())
+                    .find(|&k| !matched[k] && self.gpus[k].id.uuid.as_ref() == Some(u))
+            });
+            match by_uuid {
+                Some(k) => {
+                    matched[k] = true;
+                    self.gpus[k].index = Some(*i);
+                    self.gpus[k].shown_index = *i;
+                }
+                None => unmatched.push((*i, uuid.clone())),
+            }
+        }
+        for (i, uuid) in unmatched {
+            // Same place as before, and either the UUID is unreadable or the slot never knew
+            // its own: the same GPU.
+            let by_place = (0..self.gpus.len()).find(|&k| {
+                !matched[k]
+                    && previous[k] == Some(i)
+                    && (uuid.is_none() || self.gpus[k].id.uuid.is_none())
+            });
+            if let Some(k) = by_place {
+                matched[k] = true;
+                self.gpus[k].index = Some(i);
+                self.gpus[k].id.update(&Identity {
+                    uuid,
+                    ..Identity::default()
+                });
+            } else {
+                self.add_slot(
+                    i,
+                    Identity {
+                        uuid,
+                        ..Identity::default()
+                    },
+                );
+                matched.push(true);
+            }
+        }
+        self.gpus
+            .sort_by_key(|g| (g.index.is_none(), g.shown_index));
+        self.generation += 1;
     }
 
     /// Drops the session and schedules a re-initialisation.
@@ -245,9 +472,9 @@ impl NvmlSource {
         }
         match probe.call("init", None, || init_nvml(&self.options)) {
             Ok(nvml) => {
-                let count = nvml.device_count().unwrap_or(0) as usize;
-                // Forget everything cached: devices may have been reset or replaced.
-                self.gpus = vec![GpuMemo::default(); count];
+                // Devices may have been reset, replaced, added or removed: match them again
+                // (identities are kept; the workers forget the rest).
+                self.enumerate(&nvml, probe);
                 self.session.set(Some(Arc::new(nvml)));
                 self.next_reinit = None;
                 // The backoff resets only once a sample finds every GPU well (see `sample`), so
@@ -268,15 +495,94 @@ impl NvmlSource {
     fn placeholder_gpus(&self, error: &CallError) -> Vec<GpuSample> {
         self.gpus
             .iter()
-            .enumerate()
-            .map(|(i, memo)| {
-                let mut g = GpuSample::empty(i as u32, memo.uuid.clone().unwrap_or_default());
-                g.name.clone_from(&memo.name);
-                g.pci_bus_id.clone_from(&memo.pci_bus_id);
+            .map(|slot| {
+                let mut g = slot.id.empty_sample(slot.shown_index);
+                g.processes_unavailable = true;
                 g.errors.push(error.clone());
                 g
             })
             .collect()
+    }
+
+    /// Sends a job to the worker of slot `k` (starting the worker first if needed).
+    fn dispatch(&mut self, k: usize, nvml: &Arc<Nvml>, probe: &CallProbe) {
+        let generation = self.generation;
+        let done = self.done_tx.clone();
+        let slot = &mut self.gpus[k];
+        let Some(index) = slot.index else { return };
+        if slot.worker.is_none() {
+            let (jobs, rx) = mpsc::channel();
+            let wprobe = probe.slot();
+            let key = slot.key;
+            let thread_probe = wprobe.clone();
+            let seen: Arc<Mutex<Identity>> = Arc::default();
+            let thread_seen = Arc::clone(&seen);
+            let spawned = std::thread::Builder::new()
+                .name(format!("gpuwatch-gpu{index}"))
+                .spawn(move || worker_loop(&rx, &done, key, &thread_probe, &thread_seen));
+            if spawned.is_err() {
+                return;
+            }
+            slot.worker = Some(Worker {
+                jobs,
+                probe: wprobe,
+                seen,
+            });
+        }
+        let job = Job {
+            nvml: Arc::clone(nvml),
+            index,
+            generation,
+            id: slot.id.clone(),
+        };
+        if let Some(w) = &slot.worker
+            && w.jobs.send(job).is_ok()
+        {
+            slot.busy = Some(Instant::now());
+        }
+    }
+
+    /// Asks every idle worker for a sample and waits for the answers: until all are in, or
+    /// until the deadline once at least one is (a sample with nothing new is not a sample:
+    /// with every GPU stuck, this blocks, and the probe names the calls).
+    fn collect(&mut self, nvml: &Arc<Nvml>, probe: &CallProbe, started: Instant) -> Vec<Done> {
+        for k in 0..self.gpus.len() {
+            if self.gpus[k].busy.is_none() {
+                self.dispatch(k, nvml, probe);
+            }
+        }
+        let deadline = started + self.options.gpu_deadline;
+        let mut fresh: Vec<Done> = Vec::new();
+        while self.gpus.iter().any(|g| g.busy.is_some()) {
+            let now = Instant::now();
+            let answer = if fresh.is_empty() || now < deadline {
+                let wait = deadline.saturating_duration_since(now);
+                match self.done_rx.recv_timeout(wait) {
+                    Ok(d) => d,
+                    Err(mpsc::RecvTimeoutError::Timeout) if fresh.is_empty() => {
+                        match self.done_rx.recv() {
+                            Ok(d) => d,
+                            Err(_) => break,
+                        }
+                    }
+                    Err(_) => break,
+                }
+            } else {
+                break;
+            };
+            let Some(k) = self.gpus.iter().position(|g| g.key == answer.key) else {
+                continue;
+            };
+            self.gpus[k].busy = None;
+            if answer.generation == self.generation {
+                self.gpus[k].id.update(&answer.id);
+                fresh.push(answer);
+            } else {
+                // Taken before the GPUs were enumerated again: ask again.
+                self.dispatch(k, nvml, probe);
+            }
+        }
+        fresh
     }
 }
 
@@ -337,7 +643,13 @@ impl Reader<'_> {
     }
 }
 
-fn sample_gpu(nvml: &Nvml, index: u32, memo: &mut GpuMemo, probe: &CallProbe) -> (GpuSample, bool) {
+fn sample_gpu(
+    nvml: &Nvml,
+    index: u32,
+    memo: &mut GpuMemo,
+    probe: &CallProbe,
+    seen: Option<&Mutex<Identity>>,
+) -> (GpuSample, bool) {
     let mut errors = Vec::new();
     let device = probe.call("device_by_index", Some(index), || {
         nvml.device_by_index(index)
@@ -345,9 +657,8 @@ fn sample_gpu(nvml: &Nvml, index: u32, memo: &mut GpuMemo, probe: &CallProbe) ->
     let device = match device {
         Ok(d) => d,
         Err(e) => {
-            let mut g = GpuSample::empty(index, memo.uuid.clone().unwrap_or_default());
-            g.name.clone_from(&memo.name);
-            g.pci_bus_id.clone_from(&memo.pci_bus_id);
+            let mut g = memo.id.empty_sample(index);
+            g.processes_unavailable = true;
             g.lost = matches!(e, NvmlError::GpuLost);
             let session_lost = is_session_error(&e);
             g.errors.push(CallError {
@@ -366,15 +677,26 @@ fn sample_gpu(nvml: &Nvml, index: u32, memo: &mut GpuMemo, probe: &CallProbe) ->
         session_lost: false,
     };
 
-    // Identity: asked once per session.
-    if r.memo.uuid.is_none() {
-        r.memo.uuid = r.read("uuid", || device.uuid());
+    // Identity: kept across re-initialisations. The UUID is asked every time (≈0.3 µs on
+    // R580): a GPU swapped for another at this index must not be shown under the old identity.
+    if let Some(uuid) = r.read("uuid", || device.uuid()) {
+        if r.memo.id.uuid.as_ref().is_some_and(|known| *known != uuid) {
+            // Another device: what was known about this one does not hold.
+            r.memo.id = Identity::default();
+        }
+        r.memo.id.uuid = Some(uuid);
     }
-    if r.memo.name.is_none() {
-        r.memo.name = r.read("name", || device.name());
+    if r.memo.id.name.is_none() {
+        r.memo.id.name = r.read("name", || device.name());
     }
-    if r.memo.pci_bus_id.is_none() {
-        r.memo.pci_bus_id = r.read("pci_info", || device.pci_info()).map(|p| p.bus_id);
+    if r.memo.id.pci_bus_id.is_none() {
+        r.memo.id.pci_bus_id = r.read("pci_info", || device.pci_info()).map(|p| p.bus_id);
+    }
+    if let Some(seen) = seen {
+        let mut seen = seen.lock().unwrap_or_else(PoisonError::into_inner);
+        if *seen != r.memo.id {
+            seen.clone_from(&r.memo.id);
+        }
     }
     if !r.memo.thresholds_read {
         let v = r.read("temperature_threshold", || {
@@ -412,14 +734,12 @@ fn sample_gpu(nvml: &Nvml, index: u32, memo: &mut GpuMemo, probe: &CallProbe) ->
         Vec::new()
     };
 
-    let processes = read_processes(&device, &mut r);
+    let (processes, processes_unavailable) = read_processes(&device, &mut r);
 
     let lost = r.lost;
     let session_lost = r.session_lost;
     let slowdown = r.memo.temp_slowdown;
-    let mut g = GpuSample::empty(index, memo.uuid.clone().unwrap_or_default());
-    g.name.clone_from(&memo.name);
-    g.pci_bus_id.clone_from(&memo.pci_bus_id);
+    let mut g = memo.id.empty_sample(index);
     g.memory = memory;
     g.util_gpu = util.as_ref().map(|u| u.gpu as f32);
     g.util_mem = util.as_ref().map(|u| u.memory as f32);
@@ -432,6 +752,7 @@ fn sample_gpu(nvml: &Nvml, index: u32, memo: &mut GpuMemo, probe: &CallProbe) ->
     g.mig_devices = mig_devices;
     g.lost = lost;
     g.processes = processes;
+    g.processes_unavailable = processes_unavailable || lost;
     g.errors = errors;
     g.sort_processes();
     (g, session_lost)
@@ -479,10 +800,13 @@ fn read_mig_devices(device: &Device<'_>, r: &mut Reader<'_>) -> Vec<MigDeviceSam
     out
 }
 
-fn read_processes(device: &Device<'_>, r: &mut Reader<'_>) -> Vec<ProcSample> {
+/// The processes on a device, and whether the list is unknown: the compute list (where CUDA
+/// jobs show) did not answer — `NotSupported`, no permission, an error. Unknown is not "none".
+fn read_processes(device: &Device<'_>, r: &mut Reader<'_>) -> (Vec<ProcSample>, bool) {
     let compute = r.read("running_compute_processes", || {
         device.running_compute_processes()
     });
+    let unavailable = compute.is_none();
     let graphics = r.read("running_graphics_processes", || {
         device.running_graphics_processes()
     });
@@ -501,7 +825,7 @@ fn read_processes(device: &Device<'_>, r: &mut Reader<'_>) -> Vec<ProcSample> {
         }
     }
     if merged.is_empty() {
-        return Vec::new();
+        return (Vec::new(), unavailable);
     }
 
     // Per-process utilisation since the newest sample seen on this device.
@@ -536,7 +860,7 @@ fn read_processes(device: &Device<'_>, r: &mut Reader<'_>) -> Vec<ProcSample> {
         }
     };
 
-    merged
+    let processes = merged
         .into_values()
         .map(|mut p| {
             if let Some(util) = &util {
@@ -548,7 +872,8 @@ fn read_processes(device: &Device<'_>, r: &mut Reader<'_>) -> Vec<ProcSample> {
             }
             p
         })
-        .collect()
+        .collect();
+    (processes, unavailable)
 }
 
 fn merge_process(merged: &mut BTreeMap<u32, ProcSample>, p: &ProcessInfo, kind: ProcKind) {
@@ -611,14 +936,63 @@ impl GpuSource for NvmlSource {
             };
         };
         errors.extend(reinit_error);
-        let mut gpus = Vec::with_capacity(self.gpus.len());
+        // GPUs added or removed while running: the count is the cheapest call there is.
+        match probe.call("device_count", None, || nvml.device_count()) {
+            Ok(count) => {
+                let listed = self.gpus.iter().filter(|g| g.index.is_some()).count();
+                if count as usize != listed {
+                    self.enumerate(&nvml, probe);
+                }
+            }
+            Err(e) => errors.push(CallError {
+                call: "device_count".to_string(),
+                error: error_name(&e),
+            }),
+        }
+        let mut fresh = self.collect(&nvml, probe, started);
+        if fresh.iter().any(|d| d.replaced) {
+            // GPUs swapped at an unchanged count: match them again, ask again.
+            self.enumerate(&nvml, probe);
+            fresh = self.collect(&nvml, probe, Instant::now());
+        }
         let mut session_lost = false;
         let mut any_lost = false;
-        for (i, memo) in self.gpus.iter_mut().enumerate() {
-            let (g, lost_session) = sample_gpu(&nvml, i as u32, memo, probe);
-            session_lost |= lost_session;
-            any_lost |= g.lost;
-            gpus.push(g);
+        let mut by_key: HashMap<usize, Done> = fresh.into_iter().map(|d| (d.key, d)).collect();
+        let mut gpus = Vec::with_capacity(self.gpus.len());
+        for slot in &self.gpus {
+            if let Some(done) = by_key.remove(&slot.key) {
+                session_lost |= done.session_lost;
+                any_lost |= done.sample.lost;
+                gpus.push(done.sample);
+            } else if slot.index.is_none() {
+                let mut g = slot.id.empty_sample(slot.shown_index);
+                g.lost = true;
+                g.processes_unavailable = true;
+                g.errors.push(CallError {
+                    call: "device_count".to_string(),
+                    error: "Removed: the driver no longer lists this GPU".to_string(),
+                });
+                gpus.push(g);
+            } else {
+                // Still in a call since an earlier sample: named, its values unavailable.
+                let mut id = slot.id.clone();
+                if let Some(w) = &slot.worker {
+                    id.fill(&w.seen.lock().unwrap_or_else(PoisonError::into_inner));
+                }
+                let mut g = id.empty_sample(slot.shown_index);
+                g.processes_unavailable = true;
+                let stuck = slot.worker.as_ref().and_then(|w| w.probe.own());
+                let (call, since) =
+                    stuck.map_or(("device_by_index", slot.busy), |f| (f.call, Some(f.since)));
+                g.errors.push(CallError {
+                    call: call.to_string(),
+                    error: format!(
+                        "NoAnswer: has not returned for {:.1} s",
+                        since.map_or(0.0, |s| s.elapsed().as_secs_f64())
+                    ),
+                });
+                gpus.push(g);
+            }
         }
         drop(nvml);
         if session_lost {

@@ -83,10 +83,13 @@ impl ScriptedSource {
     pub fn sample_at(&self, t: f64, taken_at: f64) -> Sample {
         let gpus = self
             .scenario
-            .gpus
-            .iter()
+            .present_gpus(t)
             .enumerate()
-            .map(|(i, g)| gpu_at(g, i, t, taken_at))
+            .map(|(rank, (i, g))| {
+                let mut s = gpu_at(g, i, t, taken_at);
+                s.index = rank as u32;
+                s
+            })
             .collect();
         Sample {
             taken_at,
@@ -103,6 +106,7 @@ fn gpu_at(g: &Gpu, index: usize, t: f64, taken_at: f64) -> GpuSample {
     s.pci_bus_id = Some(g.pci_bus_id(index));
     if g.lost(t) {
         s.lost = true;
+        s.processes_unavailable = true;
         s.errors.push(CallError {
             call: "memory_info".to_string(),
             error: "GpuLost".to_string(),
@@ -184,6 +188,7 @@ fn gpu_at(g: &Gpu, index: usize, t: f64, taken_at: f64) -> GpuSample {
             .collect();
     }
     s.processes = processes_at(g, t, taken_at, &has);
+    s.processes_unavailable = !has(Call::ComputeProcesses);
     s.sort_processes();
     s
 }

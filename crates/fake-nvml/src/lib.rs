@@ -299,7 +299,8 @@ fn device(handle: NvmlDevice, call: Option<Call>) -> Result<Ctx, NvmlReturn> {
     let s = session()?;
     let dev = Dev::decode(handle, &s.scenario)?;
     let gpu = &s.scenario.gpus[dev.gpu_index()];
-    if gpu.lost(s.t) {
+    // A handle to a GPU taken off the bus answers like a lost one.
+    if gpu.lost(s.t) || !gpu.present(s.t) {
         return Err(NVML_ERROR_GPU_IS_LOST);
     }
     if let Some(call) = call {
@@ -473,7 +474,7 @@ pub unsafe extern "C" fn nvmlSystemGetProcessName(
 fn device_count(count: *mut c_uint) -> NvmlReturn {
     guard(|| {
         let s = session()?;
-        unsafe { out(count, s.scenario.gpus.len() as c_uint) }
+        unsafe { out(count, s.scenario.present_gpus(s.t).count() as c_uint) }
     })
 }
 
@@ -490,11 +491,11 @@ pub unsafe extern "C" fn nvmlDeviceGetCount_v2(count: *mut c_uint) -> NvmlReturn
 fn handle_by_index(index: c_uint, device: *mut NvmlDevice) -> NvmlReturn {
     guard(|| {
         let s = session()?;
-        if index as usize >= s.scenario.gpus.len() {
+        let Some((g, _)) = s.scenario.present_gpus(s.t).nth(index as usize) else {
             return Err(NVML_ERROR_INVALID_ARGUMENT);
-        }
+        };
         // A lost GPU still has a handle: the loss shows on the calls made with it.
-        unsafe { out(device, Dev::Gpu(index as usize).handle()) }
+        unsafe { out(device, Dev::Gpu(g).handle()) }
     })
 }
 
@@ -533,7 +534,7 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByUUID(
     guard(|| {
         let s = session()?;
         let wanted = unsafe { arg_str(uuid) }?.trim();
-        for (g, gpu) in s.scenario.gpus.iter().enumerate() {
+        for (g, gpu) in s.scenario.present_gpus(s.t) {
             if gpu.uuid(g).eq_ignore_ascii_case(wanted) {
                 return unsafe { out(device, Dev::Gpu(g).handle()) };
             }
@@ -572,7 +573,7 @@ fn handle_by_pci(bus_id: *const c_char, device: *mut NvmlDevice) -> NvmlReturn {
         let s = session()?;
         let wanted =
             parse_bus_id(unsafe { arg_str(bus_id) }?).ok_or(NVML_ERROR_INVALID_ARGUMENT)?;
-        for (g, gpu) in s.scenario.gpus.iter().enumerate() {
+        for (g, gpu) in s.scenario.present_gpus(s.t) {
             if parse_bus_id(&gpu.pci_bus_id(g)) == Some(wanted) {
                 return unsafe { out(device, Dev::Gpu(g).handle()) };
             }
@@ -602,7 +603,14 @@ pub unsafe extern "C" fn nvmlDeviceGetIndex(device: NvmlDevice, index: *mut c_ui
     guard(|| {
         let ctx = self::device(device, None)?;
         ctx.physical()?;
-        unsafe { out(index, ctx.dev.gpu_index() as c_uint) }
+        let g = ctx.dev.gpu_index();
+        let rank = ctx
+            .s
+            .scenario
+            .present_gpus(ctx.t())
+            .take_while(|(p, _)| *p < g)
+            .count();
+        unsafe { out(index, rank as c_uint) }
     })
 }
 

@@ -275,6 +275,47 @@ fn gpu_lost_after_lost_at() {
     assert!(d1.memory_info().is_ok());
 }
 
+const HOTPLUG: &str = r#"
+[[gpu]]
+memory_total = "80GiB"
+present = { until = 20 }
+[[gpu]]
+memory_total = "40GiB"
+[[gpu]]
+memory_total = "20GiB"
+present = { from = 30 }
+"#;
+
+#[test]
+fn present_window_adds_and_removes_gpus() {
+    let fx = Fixture::new(HOTPLUG, Some(10.0));
+    let nvml = fx.init().expect("init");
+    assert_eq!(nvml.device_count().expect("count"), 2);
+    let first = nvml.device_by_index(0).expect("handle 0");
+    let uuid0 = first.uuid().expect("uuid");
+    let uuid1 = nvml
+        .device_by_index(1)
+        .and_then(|d| d.uuid())
+        .expect("uuid 1");
+    assert!(nvml.device_by_index(2).is_err());
+    // SAFETY: the fixture holds the serialisation lock.
+    unsafe { std::env::set_var("FAKE_NVML_FREEZE", "25") };
+    let nvml = common::init().expect("init after the removal");
+    assert_eq!(nvml.device_count().expect("count"), 1);
+    let d = nvml.device_by_index(0).expect("handle 0");
+    assert_eq!(d.uuid().expect("uuid"), uuid1, "the next GPU moved down");
+    assert_eq!(d.index().expect("index"), 0);
+    assert!(matches!(first.memory_info(), Err(NvmlError::GpuLost)));
+    assert!(nvml.device_by_uuid(uuid0.as_str()).is_err());
+    // SAFETY: as above.
+    unsafe { std::env::set_var("FAKE_NVML_FREEZE", "35") };
+    let nvml = common::init().expect("init after the addition");
+    assert_eq!(nvml.device_count().expect("count"), 2);
+    let added = nvml.device_by_index(1).expect("handle 1");
+    assert_eq!(added.memory_info().expect("memory").total, 20 << 30);
+    assert_eq!(added.index().expect("index"), 1);
+}
+
 #[test]
 fn slow_call_sleeps() {
     let fx = Fixture::new(

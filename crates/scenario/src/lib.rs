@@ -210,6 +210,11 @@ pub struct Gpu {
     pub lost_at: Option<f64>,
     /// The GPU is back (after a reset) from this time on.
     pub lost_until: Option<f64>,
+    /// The GPU is on the bus only during this window (hot-plug): before `from` and from
+    /// `until` on, the driver does not list it (the device count leaves it out, the later
+    /// GPUs' indices shift down, and calls on an old handle answer `GPU_IS_LOST`). Always
+    /// present when absent.
+    pub present: Option<Window>,
     #[serde(default)]
     pub faults: Faults,
     #[serde(default, rename = "process")]
@@ -474,6 +479,11 @@ impl Gpu {
             .unwrap_or_else(|| format!("00000000:{:02X}:00.0", 0x18 + index * 0x10))
     }
 
+    /// Whether the driver lists the GPU at `t` (see [`Gpu::present`](#structfield.present)).
+    pub fn present(&self, t: f64) -> bool {
+        self.present.is_none_or(|w| w.contains(t))
+    }
+
     /// Whether the GPU has fallen off the bus at `t`.
     pub fn lost(&self, t: f64) -> bool {
         self.lost_at.is_some_and(|l| t >= l) && self.lost_until.is_none_or(|u| t < u)
@@ -535,6 +545,15 @@ impl MigDevice {
 }
 
 impl Scenario {
+    /// The GPUs the driver lists at `t`, in index order: (position in the scenario, GPU).
+    /// The index NVML reports is the rank in this list.
+    pub fn present_gpus(&self, t: f64) -> impl Iterator<Item = (usize, &Gpu)> {
+        self.gpus
+            .iter()
+            .enumerate()
+            .filter(move |(_, g)| g.present(t))
+    }
+
     /// Parses a scenario from TOML text.
     pub fn parse(text: &str) -> Result<Self, ScenarioError> {
         Self::parse_named(text, None)

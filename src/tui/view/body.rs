@@ -188,16 +188,32 @@ fn header_line(state: &UiState, shown: &[bool; 13], width: usize) -> String {
     line(&names, shown, width, " ")
 }
 
-/// Per GPU on screen, the memory no visible process accounts for (`None`: unknown).
-pub fn unattributed_rows(state: &UiState) -> Vec<(u32, Option<u64>)> {
+/// What the bottom rows of the table say about a GPU's memory outside the process rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unattributed {
+    /// Held by no process visible here.
+    Bytes(u64),
+    /// Unknown: a process's memory is not available.
+    Unknown,
+    /// The driver gave no process list: the rows above are not the whole story.
+    NoProcessList,
+}
+
+/// Per GPU on screen, the memory no visible process accounts for.
+pub fn unattributed_rows(state: &UiState) -> Vec<(u32, Unattributed)> {
     state
         .visible_gpus()
         .iter()
-        .filter(|g| g.memory.is_some() && !g.lost)
-        .filter_map(|g| match g.unattributed_bytes() {
-            Some(b) if b >= 1 << 20 => Some((g.index, Some(b))),
-            Some(_) => None,
-            None => Some((g.index, None)),
+        .filter(|g| !g.lost && (g.memory.is_some() || g.processes_unavailable))
+        .filter_map(|g| {
+            if g.processes_unavailable {
+                return Some((g.index, Unattributed::NoProcessList));
+            }
+            match g.unattributed_bytes() {
+                Some(b) if b >= 1 << 20 => Some((g.index, Unattributed::Bytes(b))),
+                Some(_) => None,
+                None => Some((g.index, Unattributed::Unknown)),
+            }
         })
         .collect()
 }
@@ -220,7 +236,10 @@ pub fn render_table(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Contex
         return;
     };
     if state.rows.is_empty() {
-        let text = if state.filter.is_empty() {
+        let gpus = state.visible_gpus();
+        let text = if !gpus.is_empty() && gpus.iter().all(|g| g.processes_unavailable) {
+            "process list not available on these GPUs".to_string()
+        } else if state.filter.is_empty() {
             "no process holds memory on these GPUs".to_string()
         } else {
             format!("no process matches '{}'", state.filter)
@@ -256,16 +275,20 @@ pub fn render_table(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Contex
     }
     for (gpu, bytes) in unattributed {
         let text = match bytes {
-            Some(b) => format!(
+            Unattributed::Bytes(b) => format!(
                 "  {gpu:>3} {:>7} {:<9} {:<4} {:>8}  held by no process visible here (other containers, driver)",
                 "-",
                 "unattr.",
                 "",
                 fmt_bytes(b)
             ),
-            None => format!(
+            Unattributed::Unknown => format!(
                 "  {gpu:>3} {:>7} {:<9} {:<4} {:>8}  a process's memory is not available",
                 "-", "unattr.", "", "n/a"
+            ),
+            Unattributed::NoProcessList => format!(
+                "  {gpu:>3} {:>7} {:<9} {:<4} {:>8}  process list not available (the driver did not give it)",
+                "-", "n/a", "", "n/a"
             ),
         };
         lines.push(Line::from(Span::styled(

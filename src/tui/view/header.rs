@@ -24,7 +24,14 @@ pub fn render(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Context) {
                 spans.push(Span::raw("  "));
                 spans.push(Span::styled(text, if bad { t.bad() } else { t.dim() }));
             }
-            None => spans.push(Span::raw("  waiting for the first sample…")),
+            None => match state.in_flight.as_ref().filter(|c| c.is_stuck(ctx.mono)) {
+                // A driver that hangs before the first sample: say where.
+                Some(c) => spans.push(Span::styled(
+                    format!("  no sample yet: {}", c.describe(ctx.mono)),
+                    t.bad(),
+                )),
+                None => spans.push(Span::raw("  waiting for the first sample…")),
+            },
         }
         f.render_widget(Paragraph::new(Line::from(spans)), area);
         return;
@@ -77,18 +84,20 @@ pub fn findings(state: &UiState, mono: std::time::Instant) -> Vec<String> {
         out.push(crate::remote::describe(link, url, mono).0);
     }
     let Some(frame) = state.latest.as_ref() else {
+        if let Some(c) = state.in_flight.as_ref().filter(|c| c.is_stuck(mono)) {
+            out.push(format!(
+                "no sample yet: {} (is the driver hung?)",
+                c.describe(mono)
+            ));
+        }
         return out;
     };
     let age = mono.saturating_duration_since(frame.published);
     if age > frame.interval * 3 + std::time::Duration::from_secs(1) {
-        let waiting = state.in_flight.as_ref().map_or_else(String::new, |c| {
-            format!(
-                ": {}{} has not returned for {:.0}s",
-                c.call,
-                c.gpu.map(|g| format!(" on GPU {g}")).unwrap_or_default(),
-                mono.saturating_duration_since(c.since).as_secs_f64()
-            )
-        });
+        let waiting = state
+            .in_flight
+            .as_ref()
+            .map_or_else(String::new, |c| format!(": {}", c.describe(mono)));
         out.push(format!(
             "source stale: no sample for {:.0}s{waiting}",
             age.as_secs_f64()

@@ -17,6 +17,7 @@ use crate::history::History;
 use crate::model::ProcSample;
 use crate::sampler::Sampler;
 use crate::serve::{Options, Shared};
+use crate::text::clean;
 use crate::watch::WatchSet;
 
 /// Runs until a terminating signal; returns the sinks' final statistics as log lines.
@@ -60,7 +61,7 @@ pub fn run(
     eprintln!(
         "gpuwatch: daemon started: {} source ({}), interval {}, sinks: {}",
         info.kind,
-        info.detail,
+        clean(&info.detail),
         humantime::format_duration(config.sampling.interval),
         alerts
             .stats()
@@ -98,7 +99,7 @@ pub fn run(
             s.failed,
             s.dropped,
             s.last_error
-                .map(|e| format!(" (last error: {e})"))
+                .map(|e| format!(" (last error: {})", clean(&e)))
                 .unwrap_or_default()
         );
     }
@@ -153,7 +154,7 @@ async fn pipeline(
                         Err(e) => {
                             let text = e.to_string();
                             if last_store_error.as_deref() != Some(text.as_str()) {
-                                eprintln!("gpuwatch: history not recorded: {text}");
+                                eprintln!("gpuwatch: history not recorded: {}", clean(&text));
                                 last_store_error = Some(text);
                             }
                         }
@@ -188,7 +189,7 @@ async fn pipeline(
                             "gpuwatch: sink {} dropped {} event(s): its queue is full (it is slow or failing{})",
                             s.name,
                             s.dropped - before,
-                            s.last_error.as_ref().map(|e| format!(": {e}")).unwrap_or_default()
+                            s.last_error.as_ref().map(|e| format!(": {}", clean(e))).unwrap_or_default()
                         );
                     }
                 }

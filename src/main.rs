@@ -9,7 +9,11 @@ fn main() -> ExitCode {
     match gpuwatch::app::run(cli) {
         Ok(code) => ExitCode::from(code),
         Err(failure) => {
-            eprintln!("gpuwatch: {}", failure.message);
+            // Messages quote files, names and remote answers: never raw on the terminal.
+            eprintln!(
+                "gpuwatch: {}",
+                gpuwatch::text::clean_lines(&failure.message)
+            );
             ExitCode::from(failure.code)
         }
     }

@@ -1,7 +1,9 @@
 //! The webhook sink: POSTs each event as JSON, with a `text` field so Slack and Mattermost
 //! incoming webhooks show it as a message.
 //!
-//! Body: `{"text": "<one line>", "event": "opened", "finding": {...}, "at": <unix>}`. A
+//! Body: `{"text": "<one line>", "event": "opened", "finding": {...}, "at": <unix>}`. The
+//! `text` is escaped for Slack and Mattermost (`&`, `<`, `>`; control characters shown
+//! escaped), so a process named `<!channel>` pings nobody; `finding` keeps the raw texts. A
 //! transport error, a timeout or a non-2xx status is a failed attempt; failed attempts are
 //! retried with exponential backoff (1 s, 2 s, 4 s, … by default).
 
@@ -10,6 +12,7 @@ use std::time::Duration;
 
 use super::sink::{Sink, event_json, event_line};
 use crate::detect::FindingEvent;
+use crate::text::{clean, for_markup};
 
 /// How much of an error response's body an error message keeps.
 const BODY_KEEP: u64 = 200;
@@ -60,11 +63,11 @@ impl WebhookSink {
         let text = if self.host.is_empty() {
             format!("gpuwatch: {line}")
         } else {
-            format!("gpuwatch on {}: {line}", self.host)
+            format!("gpuwatch on {}: {line}", clean(&self.host))
         };
         let mut body = event_json(event);
         if let Some(map) = body.as_object_mut() {
-            map.insert("text".into(), text.into());
+            map.insert("text".into(), for_markup(&text).into());
         }
         body.to_string()
     }

@@ -150,6 +150,34 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_text_is_escaped_for_slack_and_the_fields_stay_raw() {
+        use crate::alert::test_support::{event, finding};
+        use crate::detect::{RuleKind, Severity};
+        let mut sink =
+            WebhookSink::new("http://127.0.0.1:9/hook", Duration::from_secs(1), 0).unwrap();
+        sink.host = "node<1>".into();
+        let mut f = finding(
+            RuleKind::FillingUp,
+            "GPU-a",
+            Some(0),
+            Severity::Critical,
+            0.0,
+        );
+        f.summary = "pid 7 (<!channel> & <@U123>\nforged)".into();
+        let body: serde_json::Value =
+            serde_json::from_str(&sink.body(&event("opened", f))).unwrap();
+        assert_eq!(
+            body["text"],
+            "gpuwatch on node&lt;1&gt;: [critical] filling-up opened on GPU 0: \
+             pid 7 (&lt;!channel&gt; &amp; &lt;@U123&gt;\\nforged)"
+        );
+        assert_eq!(
+            body["finding"]["summary"],
+            "pid 7 (<!channel> & <@U123>\nforged)"
+        );
+    }
+
+    #[test]
     fn urls_are_checked() {
         assert!(check_url("https://hooks.slack.com/services/T/B/X").is_ok());
         assert!(check_url("http://127.0.0.1:8080/hook").is_ok());

@@ -419,3 +419,36 @@ fn the_dashboard_neither_retitles_the_pane_nor_writes_the_clipboard() {
     assert!(screen.contains("MARKER-BEFORE"), "{screen}");
     assert_eq!(t.title(), "KEEP-TITLE");
 }
+
+/// `explain` quotes the log: what the ANSI stripper leaves (a lone BEL, an 8-bit CSI, a bidi
+/// override) is shown escaped.
+#[test]
+fn explain_quotes_a_hostile_log_line_escaped() {
+    use std::io::Write as _;
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/triage/oom-torch-2.11-others-real.txt");
+    let log = std::fs::read_to_string(fixture).expect("fixture").replace(
+        "CUDA out of memory. Tried",
+        "CUDA out of memory.\x07\u{9b}2J\u{202e} Tried",
+    );
+    let mut child = Command::new(gpuwatch_bin())
+        .arg("explain")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("explain runs");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(log.as_bytes())
+        .expect("write");
+    let out = child.wait_with_output().expect("explain ends");
+    let text = ok(&out);
+    assert_clean("explain", &text);
+    assert!(
+        text.contains("CUDA out of memory.\\x07\\u{9b}2J\\u{202e} Tried"),
+        "{text}"
+    );
+}

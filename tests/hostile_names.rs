@@ -452,3 +452,41 @@ fn explain_quotes_a_hostile_log_line_escaped() {
         "{text}"
     );
 }
+
+/// `run`'s report and diagnosis name the other processes on the job's GPU: the hostile one
+/// shows escaped (the job's own output passes through as it is; this job's is plain).
+#[test]
+fn the_run_report_names_a_hostile_neighbour_escaped() {
+    let intruder = Hostile::spawn(ARGV0);
+    let sc = ScenarioFile::new(&format!(
+        "[[gpu]]\nmemory_total = \"143771MiB\"\nmemory_reserved = \"0\"\n\
+         [[gpu.process]]\npid = {}\nused = \"50GiB\"\n",
+        intruder.pid()
+    ));
+    let job = sc.dir.path().join("job.sh");
+    std::fs::write(
+        &job,
+        format!(
+            r#"printf '[[gpu.process]]\npid = %s\nused = "70GiB"\n' $$ >> "$FAKE_NVML_SCENARIO"
+sleep 1.5
+echo 'torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 30.00 GiB. GPU 0 has a total capacity of 139.80 GiB of which 18.26 GiB is free. Process {} has 50.00 GiB memory in use. Including non-PyTorch memory, this process has 70.51 GiB memory in use.' >&2
+exit 1
+"#,
+            intruder.pid()
+        ),
+    )
+    .expect("job script");
+    let out = gpuwatch_cmd(&sc)
+        .args(["--interval", "100ms", "run", "--", "sh"])
+        .arg(&job)
+        .output()
+        .expect("gpuwatch runs");
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_clean("the run report", &err);
+    let shown: String = SHOWN.chars().take(60).collect();
+    assert!(
+        err.contains(&format!("pid {} ", intruder.pid())) && err.contains(&shown),
+        "{err}"
+    );
+}

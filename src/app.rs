@@ -155,6 +155,7 @@ fn opt_bytes(v: Option<u64>) -> String {
 
 fn history(cmd: &crate::cli::HistoryCommand) -> Result<u8> {
     use crate::cli::HistoryCommand;
+    use crate::text::{clean, clean_or};
     use std::fmt::Write as _;
     let now = now_secs();
     match cmd {
@@ -182,7 +183,7 @@ fn history(cmd: &crate::cli::HistoryCommand) -> Result<u8> {
             let mut out = format!(
                 "GPU {} {} at {}{}: {} / {} used\n",
                 who.gpu_index,
-                who.gpu_uuid,
+                clean(&who.gpu_uuid),
                 fmt_time(who.t),
                 if who.downsampled {
                     " (1-minute step: peak memory, mean SM)"
@@ -202,10 +203,10 @@ fn history(cmd: &crate::cli::HistoryCommand) -> Result<u8> {
                     out,
                     "{:>8}  {:<12} {:>10} {:>5}  {}",
                     p.pid,
-                    p.user.as_deref().unwrap_or("n/a"),
+                    clean_or(p.user.as_deref(), "n/a"),
                     opt_bytes(p.used),
                     p.sm.map_or_else(|| "n/a".to_string(), |v| v.to_string()),
-                    p.command.as_deref().unwrap_or("(not visible here)")
+                    clean_or(p.command.as_deref(), "(not visible here)")
                 );
             }
             write_stdout(&out)?;
@@ -232,11 +233,11 @@ fn history(cmd: &crate::cli::HistoryCommand) -> Result<u8> {
                     out,
                     "{:>8}  {:<12} {:>3} {:>10}  {:<20}  {}",
                     p.pid,
-                    p.user.as_deref().unwrap_or("n/a"),
+                    clean_or(p.user.as_deref(), "n/a"),
                     p.gpu,
                     crate::output::fmt_bytes(p.peak_used),
                     fmt_time(p.at),
-                    p.command.as_deref().unwrap_or("(not visible here)")
+                    clean_or(p.command.as_deref(), "(not visible here)")
                 );
             }
             write_stdout(&out)?;
@@ -945,7 +946,7 @@ fn gpu_env(
     crate::eprintln_safe!(
         "gpuwatch: running on GPU {} ({}{})",
         gpu.index,
-        gpu.uuid,
+        crate::text::clean(&gpu.uuid),
         gpu.memory
             .map(|m| format!(", {} free", crate::output::fmt_bytes(m.free)))
             .unwrap_or_default()

@@ -17,6 +17,7 @@ use crate::history::History;
 use crate::model::ProcSample;
 use crate::sampler::Sampler;
 use crate::serve::{Options, Shared};
+use crate::text::clean;
 use crate::watch::WatchSet;
 
 /// Runs until a terminating signal; returns the sinks' final statistics as log lines.
@@ -64,7 +65,7 @@ pub fn run(
     crate::eprintln_safe!(
         "gpuwatch: daemon started: {} source ({}), interval {}, sinks: {}",
         info.kind,
-        info.detail,
+        clean(&info.detail),
         humantime::format_duration(config.sampling.interval),
         alerts
             .stats()
@@ -111,7 +112,7 @@ pub fn run(
             s.failed,
             s.dropped,
             s.last_error
-                .map(|e| format!(" (last error: {e})"))
+                .map(|e| format!(" (last error: {})", clean(&e)))
                 .unwrap_or_default()
         );
     }
@@ -233,7 +234,7 @@ fn record(
         Err(e) => {
             let text = e.to_string();
             if last.as_deref() != Some(text.as_str()) {
-                crate::eprintln_safe!("gpuwatch: history not recorded: {text}");
+                crate::eprintln_safe!("gpuwatch: history not recorded: {}", clean(&text));
                 *last = Some(text);
             }
         }
@@ -252,7 +253,7 @@ fn report_drops(alerts: &Alerts, dropped: &mut std::collections::HashMap<&'stati
                 s.dropped - before,
                 s.last_error
                     .as_ref()
-                    .map(|e| format!(": {e}"))
+                    .map(|e| format!(": {}", clean(e)))
                     .unwrap_or_default()
             );
         }
@@ -267,7 +268,7 @@ fn report_proc_errors(last: &mut (u64, std::time::Instant)) {
         crate::eprintln_safe!(
             "gpuwatch: {} /proc read(s) failed (last: {}); the processes keep their known facts",
             failed - last.0,
-            crate::source::procinfo::last_read_error().unwrap_or_default()
+            clean(&crate::source::procinfo::last_read_error().unwrap_or_default())
         );
         *last = (failed, std::time::Instant::now());
     }

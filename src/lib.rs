@@ -25,6 +25,7 @@ pub mod signal;
 pub mod source;
 pub mod stdio;
 pub mod store;
+pub mod text;
 pub mod triage;
 pub mod tui;
 pub mod watch;

@@ -11,7 +11,11 @@ fn main() -> ExitCode {
     match gpuwatch::app::run(cli) {
         Ok(code) => ExitCode::from(code),
         Err(failure) => {
-            gpuwatch::eprintln_safe!("gpuwatch: {}", failure.message);
+            // Messages quote files, names and remote answers: never raw on the terminal.
+            gpuwatch::eprintln_safe!(
+                "gpuwatch: {}",
+                gpuwatch::text::clean_lines(&failure.message)
+            );
             ExitCode::from(failure.code)
         }
     }

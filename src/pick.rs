@@ -77,13 +77,13 @@ pub fn format(gpus: &[&GpuSample], format: PickFormat) -> String {
             .join(","),
         PickFormat::Uuid => gpus
             .iter()
-            .map(|g| g.uuid.as_str())
+            .map(|g| crate::text::clean(&g.uuid))
             .collect::<Vec<_>>()
             .join(","),
         PickFormat::Env => format!(
             "CUDA_VISIBLE_DEVICES={}",
             gpus.iter()
-                .map(|g| g.uuid.as_str())
+                .map(|g| crate::text::clean(&g.uuid))
                 .collect::<Vec<_>>()
                 .join(",")
         ),

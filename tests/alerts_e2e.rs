@@ -99,11 +99,8 @@ fn stop(mut daemon: Child) -> String {
     err
 }
 
-#[test]
-fn filling_up_reaches_the_webhook_the_command_and_the_jsonl_file() {
-    let job = Sleeper::spawn();
-    let sc = ScenarioFile::new(&ramp_scenario(job.pid()));
-    // A webhook receiver that answers 200 and keeps the bodies.
+/// A webhook receiver that answers 200 and keeps the bodies: its URL and the bodies.
+fn receiver() -> (String, Arc<Mutex<Vec<String>>>) {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     let url = format!("http://{}/hook", listener.local_addr().expect("addr"));
     let bodies: Arc<Mutex<Vec<String>>> = Arc::default();
@@ -131,6 +128,14 @@ fn filling_up_reaches_the_webhook_the_command_and_the_jsonl_file() {
                 .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok");
         }
     });
+    (url, bodies)
+}
+
+#[test]
+fn filling_up_reaches_the_webhook_the_command_and_the_jsonl_file() {
+    let job = Sleeper::spawn();
+    let sc = ScenarioFile::new(&ramp_scenario(job.pid()));
+    let (url, bodies) = receiver();
     let cfg = config(sc.dir.path(), &url);
     let daemon = start_daemon(&sc, &cfg);
     wait_until("the webhook", Duration::from_secs(30), || {
@@ -201,5 +206,87 @@ fn a_hanging_webhook_blocks_nothing() {
     assert!(
         log.contains("filling-up opened"),
         "the log sink was not blocked: {log}"
+    );
+}
+
+/// Issue 11, item 3: a process named `<!channel>&<@U123>` (with a terminal escape after it)
+/// that a finding names. The webhook's `text` is escaped for Slack/Mattermost and shows the
+/// escape as text, the structured fields keep the exact name; the log line and the command's
+/// `GPUWATCH_SUMMARY` show it escaped, one line each.
+#[test]
+fn a_process_named_like_a_slack_mention_pings_nobody() {
+    const ARGV0: &str = "<!channel>&<@U123>\x1b]0;t\x07";
+    let job = common::Hostile::spawn(ARGV0);
+    let sc = ScenarioFile::new(&ramp_scenario(job.pid()));
+    let (url, bodies) = receiver();
+    let cfg = sc.dir.path().join("config.toml");
+    let summaries = sc.dir.path().join("summaries.log");
+    std::fs::write(
+        &cfg,
+        format!(
+            r#"
+[detect]
+filling-window = "5s"
+[alerts]
+log = true
+command = "printf '%s\\n' \"$GPUWATCH_SUMMARY\" >> {summaries}"
+webhook = "{url}"
+webhook-timeout = "2s"
+webhook-retries = 0
+"#,
+            summaries = summaries.display()
+        ),
+    )
+    .expect("config");
+    let daemon = start_daemon(&sc, &cfg);
+    let found = |bodies: &[String]| -> Option<serde_json::Value> {
+        bodies
+            .iter()
+            .filter_map(|b| serde_json::from_str::<serde_json::Value>(b).ok())
+            .find(|j| j["finding"]["id"]["rule"] == "filling-up")
+    };
+    wait_until("the webhook", Duration::from_secs(30), || {
+        found(&bodies.lock().expect("lock")).is_some()
+    });
+    let json = found(&bodies.lock().expect("lock")).expect("a filling-up event");
+    let text = json["text"].as_str().expect("a text field");
+    assert!(
+        text.contains("&lt;!channel&gt;&amp;&lt;@U123&gt;\\e]0;t\\x07"),
+        "the text, escaped for Slack: {text}"
+    );
+    assert!(
+        !text.contains(['<', '>', '\x1b', '\x07', '\n']),
+        "nothing Slack or a terminal acts on: {text}"
+    );
+    // The structured fields are the raw facts.
+    let finding = &json["finding"];
+    assert_eq!(finding["culprits"][0]["command"], format!("{ARGV0} 900"));
+    assert!(
+        finding["summary"]
+            .as_str()
+            .is_some_and(|s| s.contains(ARGV0)),
+        "{finding}"
+    );
+    wait_until("the command sink", Duration::from_secs(10), || {
+        std::fs::read_to_string(&summaries).is_ok_and(|s| !s.is_empty())
+    });
+    let from_command = std::fs::read_to_string(&summaries).expect("summaries");
+    assert!(
+        from_command.contains("<!channel>&<@U123>\\e]0;t\\x07"),
+        "GPUWATCH_SUMMARY: {from_command}"
+    );
+    assert!(
+        common::steering_chars(&from_command).is_empty(),
+        "{from_command:?}"
+    );
+    let log = stop(daemon);
+    let line = log
+        .lines()
+        .find(|l| l.contains("filling-up opened"))
+        .unwrap_or_else(|| panic!("no log line: {log}"));
+    assert!(line.contains("<!channel>&<@U123>\\e]0;t\\x07"), "{line}");
+    assert!(
+        common::steering_chars(&log).is_empty(),
+        "the daemon's log: {log:?}"
     );
 }

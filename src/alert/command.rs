@@ -29,7 +29,7 @@ const STDERR_KEEP: usize = 400;
 /// | `GPUWATCH_GPU` | the GPU's UUID |
 /// | `GPUWATCH_GPU_INDEX` | its NVML index |
 /// | `GPUWATCH_PID` | the process of a per-process finding |
-/// | `GPUWATCH_SUMMARY` | the one-line summary |
+/// | `GPUWATCH_SUMMARY` | the one-line summary, control characters shown escaped |
 /// | `GPUWATCH_TIME_TO_FULL_S` | predicted seconds until full, rounded |
 /// | `GPUWATCH_JSON` | the whole event, as the JSON-lines sink writes it |
 pub struct CommandSink {
@@ -70,7 +70,8 @@ impl CommandSink {
                 opt(f.gpu_index.map(|i| i.to_string())),
             )
             .env("GPUWATCH_PID", opt(f.id.pid.map(|p| p.to_string())))
-            .env("GPUWATCH_SUMMARY", &f.summary)
+            // Scripts echo it: one line, no control characters (GPUWATCH_JSON keeps it raw).
+            .env("GPUWATCH_SUMMARY", crate::text::clean(&f.summary).as_ref())
             .env(
                 "GPUWATCH_TIME_TO_FULL_S",
                 opt(f

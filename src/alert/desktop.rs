@@ -36,7 +36,8 @@ impl Sink for DesktopSink {
                 event.kind(),
                 f.severity
             ))
-            .body(&f.summary);
+            // The body may be markup (`<a href>`, `<img>`) and the summary names processes.
+            .body(&crate::text::for_markup(&f.summary));
         #[cfg(all(unix, not(target_os = "macos")))]
         note.urgency(match (event, f.severity) {
             (FindingEvent::Resolved(_), _) => notify_rust::Urgency::Low,

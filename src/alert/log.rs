@@ -66,6 +66,27 @@ mod tests {
     }
 
     #[test]
+    fn a_hostile_name_stays_on_one_line_and_off_the_terminal() {
+        let buf = Shared::default();
+        let mut sink = LogSink::with_writer(Box::new(buf.clone()));
+        let mut f = finding(
+            RuleKind::FillingUp,
+            "GPU-\u{202e}a",
+            None,
+            Severity::Critical,
+            0.0,
+        );
+        f.summary = "pid 7 (evil\x1b]0;t\x07\ngpuwatch: [info] forged)".into();
+        sink.deliver(&event("opened", f)).unwrap();
+        let text = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+        assert_eq!(
+            text,
+            "gpuwatch: [critical] filling-up opened on GPU GPU-\\u{202e}a: \
+             pid 7 (evil\\e]0;t\\x07\\ngpuwatch: [info] forged)\n"
+        );
+    }
+
+    #[test]
     fn one_plain_line_per_event() {
         let buf = Shared::default();
         let mut sink = LogSink::with_writer(Box::new(buf.clone()));

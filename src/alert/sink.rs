@@ -4,6 +4,7 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::detect::FindingEvent;
+use crate::text::clean;
 
 /// One alert destination. [`crate::alert::Alerts`] runs each sink on its own thread and calls
 /// [`Sink::deliver`] once per event, in order; a sink may block (a slow webhook, a long
@@ -20,20 +21,21 @@ pub trait Sink: Send {
 /// One line a human reads: `[critical] filling-up opened on GPU 1: <summary>`.
 ///
 /// The GPU is named by its index when known, else by its UUID; findings about the source as
-/// a whole (no GPU) name none.
+/// a whole (no GPU) name none. Summaries name processes: the line is [`clean`]ed (one line,
+/// no control characters); the JSON keeps the raw texts.
 pub fn event_line(event: &FindingEvent) -> String {
     let finding = event.finding();
     let gpu = match (finding.gpu_index, finding.id.gpu.as_str()) {
         (Some(index), _) => format!(" on GPU {index}"),
         (None, "") => String::new(),
-        (None, uuid) => format!(" on GPU {uuid}"),
+        (None, uuid) => format!(" on GPU {}", clean(uuid)),
     };
     format!(
         "[{}] {} {}{gpu}: {}",
         finding.severity,
         finding.id.rule,
         event.kind(),
-        finding.summary
+        clean(&finding.summary)
     )
 }
 

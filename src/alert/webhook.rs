@@ -1,7 +1,9 @@
 //! The webhook sink: POSTs each event as JSON, with a `text` field so Slack and Mattermost
 //! incoming webhooks show it as a message.
 //!
-//! Body: `{"text": "<one line>", "event": "opened", "finding": {...}, "at": <unix>}`. A
+//! Body: `{"text": "<one line>", "event": "opened", "finding": {...}, "at": <unix>}`. The
+//! `text` is escaped for Slack and Mattermost (`&`, `<`, `>`; control characters shown
+//! escaped), so a process named `<!channel>` pings nobody; `finding` keeps the raw texts. A
 //! transport error, a timeout or a non-2xx status is a failed attempt; failed attempts are
 //! retried with exponential backoff (1 s, 2 s, 4 s, … by default).
 
@@ -10,6 +12,7 @@ use std::time::Duration;
 
 use super::sink::{Sink, event_json, event_line};
 use crate::detect::FindingEvent;
+use crate::text::{clean, for_markup};
 
 /// How much of an error response's body an error message keeps.
 const BODY_KEEP: u64 = 200;
@@ -60,11 +63,11 @@ impl WebhookSink {
         let text = if self.host.is_empty() {
             format!("gpuwatch: {line}")
         } else {
-            format!("gpuwatch on {}: {line}", self.host)
+            format!("gpuwatch on {}: {line}", clean(&self.host))
         };
         let mut body = event_json(event);
         if let Some(map) = body.as_object_mut() {
-            map.insert("text".into(), text.into());
+            map.insert("text".into(), for_markup(&text).into());
         }
         body.to_string()
     }
@@ -145,6 +148,34 @@ impl Sink for WebhookSink {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_text_is_escaped_for_slack_and_the_fields_stay_raw() {
+        use crate::alert::test_support::{event, finding};
+        use crate::detect::{RuleKind, Severity};
+        let mut sink =
+            WebhookSink::new("http://127.0.0.1:9/hook", Duration::from_secs(1), 0).unwrap();
+        sink.host = "node<1>".into();
+        let mut f = finding(
+            RuleKind::FillingUp,
+            "GPU-a",
+            Some(0),
+            Severity::Critical,
+            0.0,
+        );
+        f.summary = "pid 7 (<!channel> & <@U123>\nforged)".into();
+        let body: serde_json::Value =
+            serde_json::from_str(&sink.body(&event("opened", f))).unwrap();
+        assert_eq!(
+            body["text"],
+            "gpuwatch on node&lt;1&gt;: [critical] filling-up opened on GPU 0: \
+             pid 7 (&lt;!channel&gt; &amp; &lt;@U123&gt;\\nforged)"
+        );
+        assert_eq!(
+            body["finding"]["summary"],
+            "pid 7 (<!channel> & <@U123>\nforged)"
+        );
+    }
 
     #[test]
     fn urls_are_checked() {

@@ -243,6 +243,12 @@ pub fn plain_table(rows: &[ClusterRow]) -> String {
             },
         ]);
     }
+    // Labels come from Prometheus (any exporter's host, GPU and process names).
+    for cell in lines.iter_mut().flatten() {
+        if let std::borrow::Cow::Owned(escaped) = crate::text::clean(cell) {
+            *cell = escaped;
+        }
+    }
     let widths: Vec<usize> = (0..header.len())
         .map(|c| {
             lines

@@ -10,6 +10,7 @@ use ratatui::widgets::{Cell, Paragraph, Row, Table, TableState};
 
 use super::{ClusterRow, ClusterState};
 use crate::output::fmt_bytes;
+use crate::text::clean;
 use crate::tui::theme::Theme;
 use crate::tui::view::cut;
 
@@ -122,7 +123,7 @@ fn row_cells(r: &ClusterRow, t: Theme, stale: bool, with_name: bool) -> Row<'sta
     } else if r.gpu.is_empty() {
         Cell::from(na())
     } else {
-        Cell::from(r.gpu.clone())
+        Cell::from(clean(&r.gpu).into_owned())
     };
     let util = r.util.map_or_else(
         || Span::styled("n/a", t.dim()),
@@ -131,20 +132,19 @@ fn row_cells(r: &ClusterRow, t: Theme, stale: bool, with_name: bool) -> Row<'sta
     let alerts = if r.alerts.is_empty() {
         Span::styled("-", t.dim())
     } else {
-        Span::styled(r.alerts.join(","), t.bad())
+        Span::styled(clean(&r.alerts.join(",")).into_owned(), t.bad())
     };
-    let mut cells = vec![Cell::from(cut(&r.host, HOST_MAX)), gpu];
+    // Labels come from Prometheus: any exporter's names.
+    let mut cells = vec![Cell::from(cut(&clean(&r.host), HOST_MAX)), gpu];
     if with_name {
-        cells.push(Cell::from(cut(&r.name, NAME_MAX)));
+        cells.push(Cell::from(cut(&clean(&r.name), NAME_MAX)));
     }
     cells.extend([
         Cell::from(memory(r, t)),
         Cell::from(util),
-        Cell::from(
-            r.top_process
-                .as_ref()
-                .map_or_else(na, |(who, b)| format!("{} {}", cut(who, 14), fmt_bytes(*b))),
-        ),
+        Cell::from(r.top_process.as_ref().map_or_else(na, |(who, b)| {
+            format!("{} {}", cut(&clean(who), 14), fmt_bytes(*b))
+        })),
         Cell::from(r.external.map_or_else(na, fmt_bytes)),
         Cell::from(fmt_ttf(r.time_to_full)),
         Cell::from(alerts),

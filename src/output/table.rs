@@ -22,7 +22,8 @@ use anstyle::{AnsiColor, Style};
 
 use super::json::split_mine;
 use super::{WatchedFn, fmt_bytes, fmt_elapsed, fmt_rate, or_na};
-use crate::model::{Frame, GpuSample, ProcSample};
+use crate::model::{CallError, Frame, GpuSample, ProcSample};
+use crate::text::{clean, clean_or};
 
 /// How to draw the table.
 #[derive(Debug, Clone)]
@@ -75,14 +76,14 @@ pub fn render(frame: &Frame, watched: WatchedFn<'_>, now_unix: u64, opts: &Table
     let sample = &frame.sample;
     let mut out = String::new();
     let mut head = vec![
-        info.host.clone(),
-        format!("{} ({})", info.kind, info.detail),
+        clean(&info.host).into_owned(),
+        format!("{} ({})", info.kind, clean(&info.detail)),
     ];
     if let Some(d) = &info.driver_version {
-        head.push(format!("driver {d}"));
+        head.push(format!("driver {}", clean(d)));
     }
     if let Some(c) = &info.cuda_version {
-        head.push(format!("CUDA {c}"));
+        head.push(format!("CUDA {}", clean(c)));
     }
     head.push(humantime::format_rfc3339_seconds(sample.taken_at_system()).to_string());
     for line in wrap_with(&head, opts.width, 0, " · ") {
@@ -102,11 +103,7 @@ pub fn render(frame: &Frame, watched: WatchedFn<'_>, now_unix: u64, opts: &Table
         );
     }
     for e in &sample.errors {
-        let _ = writeln!(
-            out,
-            "{}",
-            p.paint(fg(AnsiColor::Red), &format!("! {}: {}", e.call, e.error))
-        );
+        let _ = writeln!(out, "{}", p.paint(fg(AnsiColor::Red), &error_text(e)));
     }
     let shown: Vec<&GpuSample> = sample
         .gpus
@@ -134,8 +131,8 @@ fn render_gpu(
     let title = format!(
         "GPU {}  {}  {}",
         g.index,
-        g.name.as_deref().unwrap_or("n/a"),
-        g.pci_bus_id.as_deref().unwrap_or(&g.uuid)
+        clean_or(g.name.as_deref(), "n/a"),
+        clean(g.pci_bus_id.as_deref().unwrap_or(&g.uuid))
     );
     if g.lost {
         let _ = writeln!(
@@ -148,7 +145,7 @@ fn render_gpu(
             )
         );
         for e in &g.errors {
-            let _ = writeln!(out, "       ! {}: {}", e.call, e.error);
+            let _ = writeln!(out, "       {}", error_text(e));
         }
         return;
     }
@@ -163,7 +160,7 @@ fn render_gpu(
         let _ = writeln!(
             out,
             "       {}",
-            p.paint(fg(AnsiColor::Red), &format!("! {}: {}", e.call, e.error))
+            p.paint(fg(AnsiColor::Red), &error_text(e))
         );
     }
     for d in &g.mig_devices {
@@ -171,7 +168,7 @@ fn render_gpu(
             out,
             "       MIG {}  {}  {}",
             d.index,
-            d.uuid.as_deref().unwrap_or("n/a"),
+            clean_or(d.uuid.as_deref(), "n/a"),
             d.memory.map_or_else(
                 || "memory n/a".to_string(),
                 |m| format!("{} / {}", fmt_bytes(m.used), fmt_bytes(m.total))
@@ -181,13 +178,18 @@ fn render_gpu(
     render_processes(out, p, g, watched, now_unix, opts);
 }
 
+/// `! call: error`, both from the source (a remote daemon's frame, a recording) and cleaned.
+fn error_text(e: &CallError) -> String {
+    format!("! {}: {}", clean(&e.call), clean(&e.error))
+}
+
 /// The GPU's title, without its PCI id when the line would not fit otherwise.
 fn fit_title(title: &str, g: &GpuSample, opts: &TableOptions) -> String {
     // Room for a minimal bar and the memory figures ("[......]  135.0GiB / 140.4GiB  96%").
     const MEMORY_PART: usize = 2 + 8 + 2 + 19 + 2 + 4;
     match opts.width {
         Some(w) if title.chars().count() + MEMORY_PART > w => {
-            format!("GPU {}  {}", g.index, g.name.as_deref().unwrap_or("n/a"))
+            format!("GPU {}  {}", g.index, clean_or(g.name.as_deref(), "n/a"))
         }
         _ => title.to_string(),
     }
@@ -385,13 +387,14 @@ impl Row {
     fn of(p: &ProcSample, watched: bool, now_unix: u64) -> Self {
         let h = &p.host;
         let dash = || "-".to_string();
+        let clean_or_dash = |v: &Option<String>| clean_or(v.as_deref(), "-").into_owned();
         let command = h.display_command();
         Self {
             watched,
             visible: h.visible,
             cells: [
                 p.pid.to_string(),
-                h.user.clone().unwrap_or_else(dash),
+                clean_or_dash(&h.user),
                 p.kind.label().to_string(),
                 or_na(p.used_bytes, fmt_bytes),
                 or_na(p.sm_percent, |v| format!("{v:.0}")),
@@ -399,8 +402,11 @@ impl Row {
                 h.rss_bytes.map_or_else(dash, fmt_bytes),
                 h.start_time
                     .map_or_else(dash, |s| fmt_elapsed(now_unix.saturating_sub(s))),
-                h.container.clone().unwrap_or_else(dash),
-                command,
+                clean_or_dash(&h.container),
+                match clean(&command) {
+                    std::borrow::Cow::Borrowed(_) => command,
+                    std::borrow::Cow::Owned(escaped) => escaped,
+                },
             ],
         }
     }

@@ -9,6 +9,7 @@ use std::fmt::Write as _;
 use super::child::Outcome;
 use super::monitor::{GpuRun, RunRecord};
 use crate::output::fmt_bytes;
+use crate::text::{clean, clean_or};
 use crate::triage::{Context, GpuView, ProcView};
 
 fn unix(t: std::time::SystemTime) -> f64 {
@@ -37,11 +38,11 @@ fn duration(secs: f64) -> String {
 fn holder_line(h: &super::monitor::Holder) -> String {
     let mut s = format!("pid {} ", h.pid);
     if let Some(u) = &h.user {
-        let _ = write!(s, "({u}) ");
+        let _ = write!(s, "({}) ", clean(u));
     }
     let _ = write!(s, "{}", fmt_bytes(h.bytes));
     if let Some(c) = &h.command {
-        let c: String = c.chars().take(60).collect();
+        let c: String = clean(c).chars().take(60).collect();
         let _ = write!(s, "  {c}");
     }
     s
@@ -52,8 +53,8 @@ fn gpu_lines(out: &mut String, started: f64, g: &GpuRun) {
         out,
         "  GPU {} ({}, {}){}",
         g.index,
-        g.name.as_deref().unwrap_or("GPU"),
-        g.uuid,
+        clean_or(g.name.as_deref(), "GPU"),
+        clean(&g.uuid),
         g.total
             .map(|t| format!(", {} total", fmt_bytes(t)))
             .unwrap_or_default()
@@ -111,12 +112,13 @@ pub fn render(
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "gpuwatch: {command}: {} after {}",
+        "gpuwatch: {}: {} after {}",
+        clean(command),
         outcome.describe(),
         duration(ended - started)
     );
     if let Some(note) = note {
-        let _ = writeln!(out, "  GPUs not watched: {note}");
+        let _ = writeln!(out, "  GPUs not watched: {}", clean(note));
     }
     let Some(record) = record else { return out };
     let gpus = record.job_gpus();
@@ -141,7 +143,7 @@ pub fn render(
                 out,
                 "    [{}] {} ({})",
                 f.severity,
-                f.summary,
+                clean(&f.summary),
                 offset(started, f.since)
             );
         }
@@ -175,7 +177,7 @@ pub fn context(
                     index: g.index,
                     uuid: g.uuid.clone(),
                     pci_bus_id: g.pci_bus_id.clone(),
-                    name: g.name.clone().unwrap_or_else(|| "GPU".into()),
+                    name: clean_or(g.name.as_deref(), "GPU").into_owned(),
                     total: mem.total,
                     used: mem.used,
                     processes: g
@@ -184,8 +186,14 @@ pub fn context(
                         .map(|p| ProcView {
                             pid: p.pid,
                             bytes: p.used_bytes.unwrap_or(0),
-                            user: p.host.user.clone(),
-                            command: p.host.command.clone().or_else(|| p.host.name.clone()),
+                            // The diagnosis quotes them in text lines.
+                            user: p.host.user.as_deref().map(|u| clean(u).into_owned()),
+                            command: p
+                                .host
+                                .command
+                                .as_deref()
+                                .or(p.host.name.as_deref())
+                                .map(|c| clean(c).into_owned()),
                             is_job: job_pids.contains(&p.pid),
                         })
                         .collect(),

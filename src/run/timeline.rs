@@ -30,11 +30,10 @@ pub struct Ending {
     pub failed: bool,
 }
 
+/// Text for an SVG text node or attribute: markup escaped, and control characters (which
+/// XML does not allow, and a job's command line may hold) shown escaped.
 fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
+    crate::text::for_markup(s).replace('"', "&quot;")
 }
 
 fn gib(b: f64) -> String {
@@ -291,6 +290,14 @@ mod tests {
                 .collect(),
             point_span: 0.0,
         }
+    }
+
+    #[test]
+    fn texts_are_valid_xml_whatever_the_command_line() {
+        assert_eq!(
+            esc("a\x1b]0;t\x07\"<b>&"),
+            "a\\e]0;t\\x07&quot;&lt;b&gt;&amp;"
+        );
     }
 
     #[test]

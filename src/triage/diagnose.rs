@@ -1479,8 +1479,12 @@ fn driver_detail(line: &str) -> String {
 // ---------------------------------------------------------------------------------------------
 // Text rendering
 
+/// Lines of `text` wrapped at `width`. Texts quote the log and process names: each line goes
+/// through [`crate::text::clean`] (a control character in a quote is shown escaped).
 fn wrap(out: &mut String, text: &str, indent: &str, width: usize) {
     for raw in text.lines() {
+        let raw = crate::text::clean(raw);
+        let raw = raw.as_ref();
         if raw.starts_with(' ') {
             // Code: keep as written.
             let _ = writeln!(out, "{indent}{raw}");

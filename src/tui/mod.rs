@@ -146,10 +146,10 @@ fn log_errors(frame: &crate::model::Frame, logged: &mut std::collections::BTreeS
         }
     }
     for new in now.difference(logged) {
-        tracing::warn!(error = %new, "source error");
+        tracing::warn!(error = %crate::text::clean(new), "source error");
     }
     for gone in logged.difference(&now) {
-        tracing::info!(error = %gone, "source error cleared");
+        tracing::info!(error = %crate::text::clean(gone), "source error cleared");
     }
     *logged = now;
 }

@@ -827,7 +827,12 @@ impl UiState {
         self.kill = Some(KillPrompt {
             pid: p.pid,
             start_time: p.host.start_time,
-            label: format!("{who}: {what} ({mem} on GPU {})", g.index),
+            label: format!(
+                "{}: {} ({mem} on GPU {})",
+                crate::text::clean(&who),
+                crate::text::clean(&what),
+                g.index
+            ),
             stage,
         });
     }

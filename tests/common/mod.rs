@@ -307,3 +307,67 @@ pub fn request(port: u16, path: &str, token: Option<&str>) -> (u16, String) {
         .expect("status");
     (status, body.to_string())
 }
+
+/// A real process whose command line and command name carry what an attacker would put
+/// there: `argv[0]` as given (the command line gpuwatch shows), and the name (`comm`,
+/// [`Hostile::COMM`]) from the file name it was started by (a symlink to `sleep` named with
+/// ESC, BEL and a newline). Killed on drop.
+pub struct Hostile {
+    child: Child,
+    _dir: tempfile::TempDir,
+}
+
+impl Hostile {
+    /// The command name: OSC 0 (set the title), BEL, a newline (15 bytes at most: `comm`).
+    pub const COMM: &'static str = "\x1b]0;c\x07\nX";
+
+    pub fn spawn(argv0: &str) -> Self {
+        use std::os::unix::process::CommandExt as _;
+        let dir = tempfile::tempdir().expect("temp dir");
+        let sleep = ["/bin/sleep", "/usr/bin/sleep"]
+            .into_iter()
+            .find(|p| Path::new(p).exists())
+            .expect("sleep");
+        let link = dir.path().join(Self::COMM);
+        std::os::unix::fs::symlink(sleep, &link).expect("symlink");
+        let child = Command::new(&link)
+            .arg0(argv0)
+            .arg("900")
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("the hostile process starts");
+        let hostile = Self { child, _dir: dir };
+        // The name and the command line are the kernel's once exec is done.
+        let cmdline = format!("/proc/{}/cmdline", hostile.pid());
+        let want = format!("{argv0}\0900\0");
+        for _ in 0..200 {
+            if std::fs::read(&cmdline).is_ok_and(|c| c == want.as_bytes()) {
+                return hostile;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!("{cmdline} never showed the crafted argv");
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Hostile {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Bytes that steer a terminal or hide text, where output meant for people must have none:
+/// C0 controls but line feed, DEL, C1 controls, bidi controls.
+pub fn steering_chars(text: &str) -> Vec<char> {
+    text.chars()
+        .filter(|&c| {
+            (c.is_control() && c != '\n')
+                || matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+        })
+        .collect()
+}

@@ -131,11 +131,17 @@ fn cells(state: &UiState, ctx: &Context, g: &GpuSample, p: &ProcSample) -> [Stri
     let h = &p.host;
     let d = state.derived_of(g, p);
     let dash = || "-".to_string();
+    // Names from /proc and the source: control and bidi characters shown escaped.
+    let shown = |v: &Option<String>| crate::text::clean_or(v.as_deref(), "-").into_owned();
     let command = h.display_command();
+    let command = match crate::text::clean(&command) {
+        std::borrow::Cow::Borrowed(_) => command,
+        std::borrow::Cow::Owned(escaped) => escaped,
+    };
     [
         g.index.to_string(),
         p.pid.to_string(),
-        h.user.clone().unwrap_or_else(dash),
+        shown(&h.user),
         p.kind.label().to_string(),
         p.used_bytes.map_or_else(|| "n/a".to_string(), fmt_bytes),
         p.sm_percent
@@ -147,7 +153,7 @@ fn cells(state: &UiState, ctx: &Context, g: &GpuSample, p: &ProcSample) -> [Stri
         h.start_time.map_or_else(dash, |s| {
             fmt_elapsed((ctx.now.max(0.0) as u64).saturating_sub(s))
         }),
-        h.container.clone().unwrap_or_else(dash),
+        shown(&h.container),
         command,
     ]
 }

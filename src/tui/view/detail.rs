@@ -102,7 +102,7 @@ fn info_lines<'a>(
         Some((g, p)) => format!(
             "PID {} · {} · {} on GPU {} · SM {} · {}",
             key.pid,
-            p.host.user.as_deref().unwrap_or("?"),
+            crate::text::clean_or(p.host.user.as_deref(), "?"),
             p.used_bytes.map_or_else(|| "n/a".to_string(), fmt_bytes),
             g.index,
             p.sm_percent
@@ -140,7 +140,7 @@ fn info_lines<'a>(
             p.host
                 .container
                 .as_ref()
-                .map(|c| format!(" · container {c}"))
+                .map(|c| format!(" · container {}", crate::text::clean(c)))
                 .unwrap_or_default()
         )));
     }
@@ -167,20 +167,19 @@ fn proc_lines(
         .unwrap_or_else(|| "(not visible here)".to_string());
     lines.push(Line::from(vec![
         Span::styled("command ", t.dim()),
-        Span::raw(cmd),
+        Span::raw(crate::text::clean(&cmd).into_owned()),
     ]));
     lines.push(Line::from(vec![
         Span::styled("cwd     ", t.dim()),
-        Span::raw(
-            d.cwd
-                .as_ref()
-                .map_or_else(|| "-".to_string(), |p| p.display().to_string()),
-        ),
+        Span::raw(d.cwd.as_ref().map_or_else(
+            || "-".to_string(),
+            |p| crate::text::clean(&p.display().to_string()).into_owned(),
+        )),
     ]));
     let chain: Vec<String> = d
         .ancestors
         .iter()
-        .map(|a| format!("{} {}", a.pid, a.name))
+        .map(|a| format!("{} {}", a.pid, crate::text::clean(&a.name)))
         .collect();
     lines.push(Line::from(vec![
         Span::styled("parents ", t.dim()),
@@ -194,7 +193,7 @@ fn proc_lines(
         let kids: Vec<String> = d
             .children
             .iter()
-            .map(|c| format!("{} {}", c.pid, c.name))
+            .map(|c| format!("{} {}", c.pid, crate::text::clean(&c.name)))
             .collect();
         lines.push(Line::from(vec![
             Span::styled("children ", t.dim()),
@@ -215,7 +214,7 @@ fn proc_lines(
     for (k, v) in &d.env {
         lines.push(Line::from(vec![
             Span::styled(format!("  {k}"), t.key()),
-            Span::raw(format!("={v}")),
+            Span::raw(format!("={}", crate::text::clean(v))),
         ]));
     }
 

@@ -144,7 +144,7 @@ fn title(g: &GpuSample) -> String {
         .name
         .as_deref()
         .map_or("n/a", |n| n.strip_prefix("NVIDIA ").unwrap_or(n));
-    format!("GPU {} {name}", g.index)
+    format!("GPU {} {}", g.index, crate::text::clean(name))
 }
 
 fn memory_text(g: &GpuSample) -> String {

@@ -37,12 +37,13 @@ pub fn render(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Context) {
         return;
     };
     let info = &frame.source;
-    let mut facts = vec![info.host.clone(), info.kind.to_string()];
+    let clean = crate::text::clean;
+    let mut facts = vec![clean(&info.host).into_owned(), info.kind.to_string()];
     if let Some(d) = &info.driver_version {
-        facts.push(format!("driver {d}"));
+        facts.push(format!("driver {}", clean(d)));
     }
     if let Some(c) = &info.cuda_version {
-        facts.push(format!("CUDA {c}"));
+        facts.push(format!("CUDA {}", clean(c)));
     }
     spans.push(Span::raw(format!(" · {}", facts.join(" · "))));
     spans.push(Span::raw(" · "));
@@ -105,7 +106,11 @@ pub fn findings(state: &UiState, mono: std::time::Instant) -> Vec<String> {
     }
     // The detector's findings (source health included), most severe first.
     for f in state.detector.open() {
-        out.push(format!("[{}] {}", f.severity, f.summary));
+        out.push(format!(
+            "[{}] {}",
+            f.severity,
+            crate::text::clean(&f.summary)
+        ));
     }
     // Single calls that failed on a GPU that is still there (a permission, a transient error).
     for g in &frame.sample.gpus {

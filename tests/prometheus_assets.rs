@@ -39,7 +39,15 @@ const GPUWATCH_METRICS: &[&str] = &[
     "gpuwatch_collect_duration_seconds",
     "gpuwatch_collect_errors_total",
     "gpuwatch_last_collect_success",
+    "gpuwatch_collect_stuck_seconds",
+    "gpuwatch_process_list_available",
     "gpuwatch_build_info",
+    "gpuwatch_http_connections",
+    "gpuwatch_http_event_streams",
+    "gpuwatch_http_rejected_total",
+    "gpuwatch_http_dropped_total",
+    "gpuwatch_http_accept_errors_total",
+    "gpuwatch_proc_read_errors_total",
 ];
 
 /// Series Prometheus itself makes: the scrape health and, for the dashboard's alert table, the

@@ -127,8 +127,7 @@ fn now_secs() -> f64 {
 }
 
 fn fmt_time(t: f64) -> String {
-    let st = SystemTime::UNIX_EPOCH + Duration::from_secs_f64(t.max(0.0));
-    humantime::format_rfc3339_seconds(st).to_string()
+    crate::times::format_rfc3339(t)
 }
 
 fn opt_bytes(v: Option<u64>) -> String {
@@ -141,7 +140,7 @@ fn history(cmd: &crate::cli::HistoryCommand) -> Result<u8> {
     let now = now_secs();
     match cmd {
         HistoryCommand::Who(args) => {
-            let at = crate::store::parse_time(&args.at, now).map_err(Failure::setup)?;
+            let at = crate::times::parse_time("--at", &args.at, now).map_err(Failure::setup)?;
             let store = open_history(&args.file)?;
             let who = store.who(&args.gpu, at).map_err(Failure::runtime)?;
             let Some(who) = who else {
@@ -194,7 +193,8 @@ fn history(cmd: &crate::cli::HistoryCommand) -> Result<u8> {
             Ok(0)
         }
         HistoryCommand::Peaks(args) => {
-            let since = crate::store::parse_since(&args.since, now).map_err(Failure::setup)?;
+            let since =
+                crate::times::parse_since("--since", &args.since, now).map_err(Failure::setup)?;
             let store = open_history(&args.file)?;
             let peaks = store.peaks(since).map_err(Failure::runtime)?;
             if args.file.json {
@@ -294,9 +294,12 @@ pub fn open_source(
             start_at,
             looped: false,
         };
-        return Ok(Box::new(
-            ReplaySource::open(path, opts).map_err(Failure::setup)?,
-        ));
+        let source = ReplaySource::open(path, opts).map_err(Failure::setup)?;
+        for w in source.warnings() {
+            // Best effort: an unwritable stderr must not stop the replay.
+            let _ = writeln!(std::io::stderr(), "gpuwatch: warning: {w}");
+        }
+        return Ok(Box::new(source));
     }
     let source = NvmlSource::open(NvmlOptions {
         library: config.nvml.library.clone(),
@@ -484,7 +487,9 @@ fn record(g: &GlobalArgs, config: &Config, args: &RecordArgs) -> Result<u8> {
         config.sampling.interval,
     )
     .map_err(|e| Failure::runtime(format!("cannot write '{}': {e}", args.file.display())))?;
-    let deadline = args.duration.map(|d| tokio::time::Instant::now() + d);
+    let deadline = args
+        .duration
+        .and_then(|d| tokio::time::Instant::now().checked_add(d));
     let mut rx = sampler.frames();
     let mut written = 0u64;
     let mut last_seq = 0u64;

@@ -21,6 +21,7 @@ pub mod serve;
 pub mod signal;
 pub mod source;
 pub mod store;
+pub mod times;
 pub mod triage;
 pub mod tui;
 pub mod watch;

@@ -16,7 +16,6 @@
 //! The UI drives the sequence (TERM, then KILL if the user asks); nothing here waits.
 
 use std::fmt;
-use std::time::{Duration, UNIX_EPOCH};
 
 use rustix::io::Errno;
 use rustix::process::{Pid, PidfdFlags, Signal};
@@ -90,8 +89,7 @@ pub enum SignalError {
 /// `secs` (Unix seconds) as a UTC wall-clock time: `12:03:44 UTC`, with the date in front
 /// when `other` falls on another day.
 fn clock(secs: u64, other: u64) -> String {
-    let rfc =
-        |s: u64| humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_secs(s)).to_string();
+    let rfc = |s: u64| crate::times::format_rfc3339(s as f64);
     let this = rfc(secs);
     let (date, time) = this.split_once('T').unwrap_or((this.as_str(), ""));
     let time = time.trim_end_matches('Z');
@@ -260,7 +258,7 @@ mod tests {
             send_with(pid, Some(start + 3600), Sig::Kill, false),
             Err(SignalError::Reused { .. })
         ));
-        std::thread::sleep(Duration::from_millis(50));
+        std::thread::sleep(std::time::Duration::from_millis(50));
         assert!(child.try_wait().expect("try_wait").is_none());
         send_with(pid, Some(start), Sig::Term, false).expect("sent");
         assert_eq!(child.wait().expect("wait").signal(), Some(15));

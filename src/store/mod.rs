@@ -46,8 +46,6 @@
 //! deleted, then whole hours are deleted oldest first until the file is under `max_bytes`
 //! (200 MiB).
 
-mod time;
-
 #[cfg(test)]
 mod tests;
 
@@ -59,8 +57,6 @@ use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 
 use crate::model::Sample;
-
-pub use time::{parse_since, parse_time};
 
 /// Why the store could not do something. Always names the file.
 #[derive(Debug, thiserror::Error)]

@@ -571,7 +571,16 @@ fn parse_header(text: &str, name: &str, line: usize) -> Result<Header, Recording
         }
     }
     // Parse again from the text (not the Value) so that a field error has its column.
-    serde_json::from_str::<Header>(text).map_err(|e| json_error(name, line, Expected::Header, &e))
+    let header = serde_json::from_str::<Header>(text)
+        .map_err(|e| json_error(name, line, Expected::Header, &e))?;
+    crate::times::check("started_at", header.started_at).map_err(|message| {
+        RecordingError::Time {
+            file: name.to_owned(),
+            line,
+            message,
+        }
+    })?;
+    Ok(header)
 }
 
 fn json_kind(value: &serde_json::Value) -> &'static str {

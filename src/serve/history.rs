@@ -262,6 +262,23 @@ mod tests {
         assert!(err(&[("since", "365d")]).contains("longer than"));
     }
 
+    proptest::proptest! {
+        /// Any query: a bounded query or a short error naming a parameter, never a panic.
+        #[test]
+        fn any_query_parses_or_is_refused(
+            pairs in proptest::collection::vec(("since|until|step|pid|gpu|\\PC{0,5}", "\\PC{0,30}|-?[0-9]{1,25}(e[0-9]{1,3})?|[0-9]{1,20}[smhdy]( ago)?"), 0..4),
+        ) {
+            let pairs: Vec<(String, String)> = pairs;
+            match parse(&pairs, 1_764_000_000.0) {
+                Ok(q) => {
+                    proptest::prop_assert!(q.since < q.until && q.until - q.since <= MAX_RANGE);
+                    proptest::prop_assert!(q.step >= 1.0 && (q.until - q.since) / q.step <= MAX_POINTS);
+                }
+                Err(e) => proptest::prop_assert!(e.len() < 600, "{}", e),
+            }
+        }
+    }
+
     #[test]
     fn crafted_times_are_refused_not_panics() {
         let err = |pairs: &[(&str, &str)]| q(pairs).unwrap_err();

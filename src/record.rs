@@ -340,11 +340,8 @@ impl Recording {
         let mut line_no = 0usize;
         let mut header: Option<Header> = None;
         let mut samples: Vec<Sample> = Vec::new();
-        let mut previous_line = 0usize;
         let mut truncated_lines = 0usize;
-        let mut clock_steps = 0usize;
-        let mut skipped_samples = 0usize;
-        let mut warnings = Warnings::default();
+        let mut tally = Tally::default();
 
         loop {
             buf.clear();
@@ -374,7 +371,7 @@ impl Recording {
             let Ok(text) = std::str::from_utf8(&buf) else {
                 if !terminated && header.is_some() {
                     truncated_lines += 1;
-                    warnings.push(truncation_warning(name, line_no));
+                    tally.warnings.push(truncation_warning(name, line_no));
                     break;
                 }
                 return Err(RecordingError::NotText {
@@ -393,45 +390,21 @@ impl Recording {
             }
             match serde_json::from_str::<Sample>(text) {
                 Ok(sample) => {
-                    if !crate::times::in_range(sample.taken_at) {
-                        skipped_samples += 1;
-                        warnings.push(format!(
-                            "{name}:{line_no}: sample skipped: {}",
-                            crate::times::check("taken_at", sample.taken_at)
-                                .err()
-                                .unwrap_or_default()
-                        ));
-                        continue;
-                    }
-                    if let Some(previous) = samples.last()
-                        && sample.taken_at < previous.taken_at
-                    {
-                        clock_steps += 1;
-                        if clock_steps == 1 {
-                            warnings.push(format!(
-                                "{name}:{line_no}: the clock stepped back {:.3} s (taken at \
-                                     {}, after {} on line {previous_line}); played in file order",
-                                previous.taken_at - sample.taken_at,
-                                sample.taken_at,
-                                previous.taken_at
-                            ));
-                        }
-                    }
-                    previous_line = line_no;
-                    samples.push(sample);
+                    tally.take(sample, &mut samples, name, line_no);
                 }
                 Err(e) if !terminated && e.is_eof() => {
                     // The recorder was killed mid-write: nothing can follow this line.
                     truncated_lines += 1;
-                    warnings.push(truncation_warning(name, line_no));
+                    tally.warnings.push(truncation_warning(name, line_no));
                     break;
                 }
                 Err(e) => return Err(json_error(name, line_no, expected, &e)),
             }
         }
-        if clock_steps > 1 {
-            warnings.push(format!(
-                "{name}: the clock stepped back {clock_steps} times in all"
+        if tally.clock_steps > 1 {
+            let steps = tally.clock_steps;
+            tally.warnings.push(format!(
+                "{name}: the clock stepped back {steps} times in all"
             ));
         }
 
@@ -445,9 +418,9 @@ impl Recording {
             header,
             samples,
             truncated_lines,
-            clock_steps,
-            skipped_samples,
-            warnings: warnings.finish(name),
+            clock_steps: tally.clock_steps,
+            skipped_samples: tally.skipped_samples,
+            warnings: tally.warnings.finish(name),
         })
     }
 
@@ -461,6 +434,45 @@ impl Recording {
             .iter()
             .map(|s| s.taken_at - first.taken_at)
             .fold(0.0, f64::max)
+    }
+}
+
+/// What reading tolerated so far.
+#[derive(Default)]
+struct Tally {
+    previous_line: usize,
+    clock_steps: usize,
+    skipped_samples: usize,
+    warnings: Warnings,
+}
+
+impl Tally {
+    /// Keeps a sample read from line `line`, or skips it (its time is out of range); counts a
+    /// clock step back and warns about the first.
+    fn take(&mut self, sample: Sample, samples: &mut Vec<Sample>, name: &str, line: usize) {
+        if let Err(e) = crate::times::check("taken_at", sample.taken_at) {
+            self.skipped_samples += 1;
+            self.warnings
+                .push(format!("{name}:{line}: sample skipped: {e}"));
+            return;
+        }
+        if let Some(previous) = samples.last()
+            && sample.taken_at < previous.taken_at
+        {
+            self.clock_steps += 1;
+            if self.clock_steps == 1 {
+                self.warnings.push(format!(
+                    "{name}:{line}: the clock stepped back {:.3} s (taken at {}, after {} on \
+                     line {}); played in file order",
+                    previous.taken_at - sample.taken_at,
+                    sample.taken_at,
+                    previous.taken_at,
+                    self.previous_line
+                ));
+            }
+        }
+        self.previous_line = line;
+        samples.push(sample);
     }
 }
 
@@ -708,12 +720,14 @@ mod tests {
 
     #[test]
     fn a_sample_out_of_range_is_skipped_with_a_warning() {
+        use std::fmt::Write as _;
         let ok = String::from_utf8(record(&[sample(1.0)])).unwrap();
         let mut text = ok.clone();
         for t in ["1e300", "-5", "253402300800"] {
-            text.push_str(&format!(
-                "{{\"taken_at\": {t}, \"gpus\": [], \"errors\": [], \"collect_seconds\": 0}}\n"
-            ));
+            let _ = writeln!(
+                text,
+                "{{\"taken_at\": {t}, \"gpus\": [], \"errors\": [], \"collect_seconds\": 0}}"
+            );
         }
         text.push_str(&ok.lines().nth(1).unwrap().replace("1.0", "2.0"));
         text.push('\n');

@@ -29,7 +29,7 @@ pub const RANGE: &str = "a time between 1970-01-01 and 9999-12-31";
 
 /// The longest duration read from outside (a `since` of `10000y` is refused, not wrapped):
 /// longer than the whole accepted time range.
-pub const MAX_DURATION: Duration = Duration::from_secs(253_402_300_800);
+pub const MAX_DURATION: Duration = Duration::from_hours(70_389_528);
 
 /// Whether `unix` is a time this program accepts (finite, 1970-01-01 to 9999-12-31).
 pub fn in_range(unix: f64) -> bool {
@@ -288,11 +288,9 @@ mod tests {
         /// Any text: a checked time or an error, never a panic.
         #[test]
         fn any_text_parses_or_is_refused(s in "\\PC{0,40}", now in 0.0..MAX_UNIX) {
-            for r in [parse_time("t", &s, now), parse_since("t", &s, now)] {
-                if let Ok(t) = r {
-                    prop_assert!(in_range(t));
-                    let _ = format_rfc3339(t);
-                }
+            for t in [parse_time("t", &s, now), parse_since("t", &s, now)].into_iter().flatten() {
+                prop_assert!(in_range(t));
+                let _ = format_rfc3339(t);
             }
             let _ = parse_duration("d", &s, MAX_DURATION);
         }
@@ -303,10 +301,8 @@ mod tests {
             s in "[0-9]{1,25}(\\.[0-9]{0,5})?(e[0-9]{1,3})?|[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}(:[0-9]{2})?(Z|[+-][0-9]{2}:[0-9]{2})?|[0-9]{1,20}[smhdwy] ?ago|[0-9]{1,2}:[0-9]{1,2}(:[0-9]{1,2})?",
             now in -1e20f64..1e20,
         ) {
-            for r in [parse_time("t", &s, now), parse_since("t", &s, now)] {
-                if let Ok(t) = r {
-                    prop_assert!(in_range(t));
-                }
+            for t in [parse_time("t", &s, now), parse_since("t", &s, now)].into_iter().flatten() {
+                prop_assert!(in_range(t));
             }
         }
 

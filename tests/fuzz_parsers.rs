@@ -11,6 +11,7 @@
 //! [`the_seed_corpus_never_panics`] replays through the same parsers (`times.txt`: one time per
 //! line; `recording-*`, `scenario-*`, `config-*`, `sse-*`: one file each).
 
+use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use gpuwatch::config::{ConfigFile, Overrides, resolve};
@@ -289,7 +290,10 @@ proptest! {
         keys in prop::collection::vec(("[a-z_]{1,20}", "-?[0-9]{1,30}(\\.[0-9]{0,5})?(e[0-9]{1,3})?|\"\\PC{0,20}\"|nan|inf|-inf"), 0..8),
         section in "sampling|daemon|detect|alerts|history|display|gpu|gpu.process|\\PC{0,6}",
     ) {
-        let body: String = keys.iter().map(|(k, v)| format!("{k} = {v}\n")).collect();
+        let body = keys.iter().fold(String::new(), |mut b, (k, v)| {
+            let _ = writeln!(b, "{k} = {v}");
+            b
+        });
         config(&format!("[{section}]\n{body}"));
         scenario(&format!("[[gpu]]\nmemory_total = \"80GiB\"\n{body}"));
         scenario(&format!("[[gpu]]\nmemory_total = \"80GiB\"\n[[gpu.process]]\npid = 1\n{body}"));

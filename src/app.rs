@@ -840,7 +840,7 @@ fn explain(args: &ExplainArgs) -> Result<u8> {
         }
     };
     let analysis =
-        scan_log(reader).map_err(|e| Failure::runtime(format!("cannot read {name}: {e}")))?;
+        crate::triage::scan(reader).map_err(|e| Failure::runtime(format!("cannot read {name}: {e}")))?;
     let diagnosis = crate::triage::diagnose(&analysis, None);
     if args.json {
         let text = serde_json::to_string_pretty(&diagnosis)
@@ -850,41 +850,6 @@ fn explain(args: &ExplainArgs) -> Result<u8> {
         write_stdout(&crate::triage::render_text(&diagnosis))?;
     }
     Ok(0)
-}
-
-/// Feeds a log to the triage scanner a line at a time, in bounded memory whatever the size
-/// or the line lengths (a line is cut at [`crate::triage::MAX_LINE`] bytes; invalid UTF-8 is
-/// replaced).
-fn scan_log(reader: impl std::io::Read) -> std::io::Result<crate::triage::Analysis> {
-    use std::io::BufRead as _;
-    let mut reader = std::io::BufReader::with_capacity(1 << 16, reader);
-    let mut scanner = crate::triage::Scanner::new();
-    let mut line = Vec::with_capacity(1024);
-    loop {
-        line.clear();
-        // Up to the cap; the rest of an over-long line is skipped.
-        let n = std::io::Read::take(&mut reader, crate::triage::MAX_LINE as u64)
-            .read_until(b'\n', &mut line)?;
-        if n == 0 {
-            break;
-        }
-        if line.last() != Some(&b'\n') && n == crate::triage::MAX_LINE {
-            loop {
-                let buf = reader.fill_buf()?;
-                if buf.is_empty() {
-                    break;
-                }
-                if let Some(i) = buf.iter().position(|&b| b == b'\n') {
-                    reader.consume(i + 1);
-                    break;
-                }
-                let len = buf.len();
-                reader.consume(len);
-            }
-        }
-        scanner.push_line(&String::from_utf8_lossy(&line));
-    }
-    Ok(scanner.finish())
 }
 
 /// `--gpu`/`--min-free`: the GPU for the job (after the first sample), as the job's

@@ -839,8 +839,8 @@ fn explain(args: &ExplainArgs) -> Result<u8> {
             (format!("'{}'", p.display()), Box::new(f))
         }
     };
-    let analysis =
-        crate::triage::scan(reader).map_err(|e| Failure::runtime(format!("cannot read {name}: {e}")))?;
+    let analysis = crate::triage::scan(reader)
+        .map_err(|e| Failure::runtime(format!("cannot read {name}: {e}")))?;
     let diagnosis = crate::triage::diagnose(&analysis, None);
     if args.json {
         let text = serde_json::to_string_pretty(&diagnosis)

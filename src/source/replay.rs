@@ -213,7 +213,11 @@ impl ReplaySource {
         if self.as_fast_as_possible() {
             return Duration::ZERO;
         }
-        Duration::try_from_secs_f64((seconds / self.speed).max(0.0)).unwrap_or(Duration::MAX)
+        // At most MAX_DURATION (8 000 years): callers add it to an `Instant`, which
+        // `Duration::MAX` would overflow (`--speed 1e-300`, a crafted `interval_ms`).
+        Duration::try_from_secs_f64((seconds / self.speed).max(0.0))
+            .unwrap_or(crate::times::MAX_DURATION)
+            .min(crate::times::MAX_DURATION)
     }
 }
 
@@ -322,6 +326,29 @@ mod tests {
         ReplayOptions {
             speed,
             ..ReplayOptions::default()
+        }
+    }
+
+    #[test]
+    fn delays_stay_addable_to_an_instant() {
+        let mut rec = recording(&[100.0, 2.0e11]);
+        rec.header.interval_ms = u64::MAX;
+        for (speed, looped) in [(1e-300, false), (f64::MIN_POSITIVE, true), (1.0, true)] {
+            let mut src = ReplaySource::from_recording(
+                rec.clone(),
+                ReplayOptions {
+                    speed,
+                    start_at: None,
+                    looped,
+                },
+            )
+            .unwrap();
+            let probe = CallProbe::default();
+            for _ in 0..4 {
+                src.sample(&probe);
+                let d = src.next_delay().unwrap();
+                assert!(std::time::Instant::now().checked_add(d).is_some(), "{d:?}");
+            }
         }
     }
 

@@ -332,7 +332,9 @@ impl Scanner {
     /// split across two calls is read as two lines.
     pub fn push_line(&mut self, line: &str) {
         let line = line.strip_suffix('\n').unwrap_or(line);
-        let line = line.strip_suffix('\r').map_or(line, |l| if l.is_empty() { line } else { l });
+        let line = line
+            .strip_suffix('\r')
+            .map_or(line, |l| if l.is_empty() { line } else { l });
         // Most lines have no newline, carriage return or escape: one pass to know it (the
         // general path below takes three), then straight to the classifier.
         let head = cap(line, MAX_LINE);
@@ -543,8 +545,7 @@ pub fn scan(reader: impl std::io::Read) -> std::io::Result<Analysis> {
     loop {
         line.clear();
         // Up to the cap; the rest of an over-long line is skipped.
-        let n = std::io::Read::take(&mut reader, MAX_LINE as u64)
-            .read_until(b'\n', &mut line)?;
+        let n = std::io::Read::take(&mut reader, MAX_LINE as u64).read_until(b'\n', &mut line)?;
         if n == 0 {
             break;
         }

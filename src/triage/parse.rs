@@ -1213,3 +1213,36 @@ fn known(line: &str) -> Option<(Failure, u8)> {
         .find(|(r, _, _)| r.is_match(line))
         .map(|(_, k, rank)| (Failure::Known(*k, cap_line(line)), *rank))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classes_are_made_ascii_escapes_kept() {
+        assert_eq!(ascii_classes(r"\d+"), "[0-9]+");
+        assert_eq!(ascii_classes(r"[\w:]"), "[[0-9A-Za-z_]:]");
+        assert_eq!(ascii_classes(r"a\sb\b"), r"a[\t\n\x0B\x0C\r ]b(?-u:\b)");
+        assert_eq!(ascii_classes(r"\\d\.\(\D"), r"\\d\.\(\D");
+        let r = re(r"^(\w+) (\d{1,3})\b");
+        assert!(r.is_match("abc 123 x"));
+        assert!(!r.is_match("abc 1234"));
+        assert!(!r.is_match("abc ١٢٣"), "Arabic-Indic digits are not ASCII");
+    }
+
+    #[test]
+    fn the_ascii_regexes_still_classify() {
+        let text = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 256.00 MiB. \
+                    GPU 0 has a total capacity of 139.80 GiB of which 5.94 MiB is free.";
+        assert!(classify(text).is_some());
+        for line in [
+            "RuntimeError: Expected all tensors to be on the same device",
+            "RuntimeError: mat1 and mat2 shapes cannot be multiplied (4x3 and 5x6)",
+            "RuntimeError: CUDA error: device-side assert triggered",
+            "InUse: 1024 Limit: 2048",
+        ] {
+            let _ = classify(line);
+            let _ = allocator_stats(line);
+        }
+    }
+}

@@ -114,6 +114,13 @@ fn crafted_times_in_the_history_api_and_cli_are_clear_errors() {
         let out = history(&["who", "--gpu", "0", &format!("--at={at}")]);
         common::fails_with(&out, 2, "--at: ");
     }
+    // A duration too long to add to a clock: a usage error from the flag parser.
+    let mut cmd = gpuwatch_cmd(&sc);
+    cmd.args(["record", "--duration", "500000000000y"])
+        .arg(sc.dir.path().join("never.jsonl"));
+    let out = run_within(cmd, Duration::from_secs(20));
+    common::fails_with(&out, 2, "--duration: '500000000000y' is out of range");
+
     // The edge of the range is a time (the history has nothing then: exit 1, not a usage
     // error).
     let out = history(&["who", "--gpu", "0", "--at", "9999-12-31T23:59:59Z"]);
@@ -194,6 +201,16 @@ fn a_recording_with_a_clock_step_back_still_plays() {
         "{err}"
     );
     assert_eq!(err.matches("stepped back").count(), 1, "warned once: {err}");
+    // A crawl (`--speed 1e-300`): the wait to the next sample is capped, not an overflow in
+    // the sampler thread.
+    let mut cmd = gpuwatch_cmd(&sc);
+    cmd.args(["--speed", "1e-300", "--replay"])
+        .arg(&path)
+        .args(["snapshot", "--json"]);
+    let crawl = run_within(cmd, Duration::from_secs(30));
+    no_panic_short(&crawl);
+    assert!(crawl.status.success(), "{}", common::stderr(&crawl));
+
     let snap: serde_json::Value = serde_json::from_str(&common::stdout(&out)).expect("json");
     let first: serde_json::Value = serde_json::from_str(&stepped[1]).unwrap();
     assert_eq!(snap["taken_at_unix"], first["taken_at"]);

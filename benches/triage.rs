@@ -1,11 +1,13 @@
-//! Throughput of the streaming triage `Scanner` over a large realistic training log (MiB/s).
+//! Throughput of the streaming triage `Scanner` (MiB/s), and of `gpuwatch explain`'s reader
+//! (`triage::scan`) over two shapes of log: short lines (80 bytes, the worst case: the cost is
+//! per line) and long lines (4 KiB, the cost is per byte).
 //! Run: `cargo bench --bench triage`.
 
 use std::fmt::Write as _;
 use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use gpuwatch::triage::{Failure, Scanner};
+use gpuwatch::triage::{Failure, Scanner, scan};
 
 /// ~`mib` MiB of a realistic log: step lines, warnings, tqdm bars with `\r`, ANSI colours,
 /// a few tracebacks of handled exceptions, and a PyTorch OOM at the end.
@@ -41,6 +43,65 @@ fn log(mib: usize) -> String {
     s
 }
 
+const OOM: &str = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 256.00 MiB. GPU 0 has a total capacity of 139.80 GiB of which 5.94 MiB is free.\n";
+
+/// ~`mib` MiB of 80-byte lines (79 characters and a newline), then an OOM.
+fn short_lines(mib: usize) -> String {
+    let mut s = String::with_capacity(mib << 20);
+    let mut step = 0u64;
+    while s.len() < mib << 20 {
+        step += 1;
+        let line = format!(
+            "step {step} loss={:.4} lr=3.0e-4 tokens/s=48211 alloc=61.22GiB reserved=64GiB{:80}",
+            1.0 / (step as f64),
+            ""
+        );
+        s.push_str(&line[..79]);
+        s.push('\n');
+    }
+    s.push_str(OOM);
+    s
+}
+
+/// ~`mib` MiB of 4 KiB lines (metrics dumps), then an OOM.
+fn long_lines(mib: usize) -> String {
+    let mut s = String::with_capacity(mib << 20);
+    let mut step = 0u64;
+    while s.len() < mib << 20 {
+        step += 1;
+        let mut line = format!("step {step}");
+        let mut i = 0u64;
+        while line.len() < 4095 {
+            let _ = write!(line, " metric_{i}={:.5}", ((step * i) % 997) as f64 / 997.0);
+            i += 1;
+        }
+        s.push_str(&line[..4095]);
+        s.push('\n');
+    }
+    s.push_str(OOM);
+    s
+}
+
+fn bench_explain(c: &mut Criterion) {
+    for (name, text) in [
+        ("explain: 100 MiB of 80-byte lines", short_lines(100)),
+        ("explain: 100 MiB of 4 KiB lines", long_lines(100)),
+        ("explain: 100 MiB training log", log(100)),
+    ] {
+        let mut group = c.benchmark_group("triage");
+        group.throughput(Throughput::Bytes(text.len() as u64));
+        group.sample_size(10);
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                let a = scan(black_box(text.as_bytes())).expect("in memory");
+                assert!(matches!(a.failure, Failure::OutOfMemory(_)));
+                a
+            });
+        });
+        group.finish();
+    }
+}
+
 fn bench(c: &mut Criterion) {
     let text = log(100);
     let mut group = c.benchmark_group("triage");
@@ -60,5 +121,5 @@ fn bench(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench);
+criterion_group!(benches, bench, bench_explain);
 criterion_main!(benches);

@@ -145,8 +145,7 @@ fn now_secs() -> f64 {
 }
 
 fn fmt_time(t: f64) -> String {
-    let st = SystemTime::UNIX_EPOCH + Duration::from_secs_f64(t.max(0.0));
-    humantime::format_rfc3339_seconds(st).to_string()
+    crate::times::format_rfc3339(t)
 }
 
 fn opt_bytes(v: Option<u64>) -> String {
@@ -160,7 +159,7 @@ fn history(cmd: &crate::cli::HistoryCommand) -> Result<u8> {
     let now = now_secs();
     match cmd {
         HistoryCommand::Who(args) => {
-            let at = crate::store::parse_time(&args.at, now).map_err(Failure::setup)?;
+            let at = crate::times::parse_time("--at", &args.at, now).map_err(Failure::setup)?;
             let store = open_history(&args.file)?;
             let who = store.who(&args.gpu, at).map_err(Failure::runtime)?;
             let Some(who) = who else {
@@ -213,7 +212,8 @@ fn history(cmd: &crate::cli::HistoryCommand) -> Result<u8> {
             Ok(0)
         }
         HistoryCommand::Peaks(args) => {
-            let since = crate::store::parse_since(&args.since, now).map_err(Failure::setup)?;
+            let since =
+                crate::times::parse_since("--since", &args.since, now).map_err(Failure::setup)?;
             let store = open_history(&args.file)?;
             let peaks = store.peaks(since).map_err(Failure::runtime)?;
             if args.file.json {
@@ -321,9 +321,13 @@ pub fn open_source(
             start_at,
             looped: false,
         };
-        return Ok(Box::new(
-            ReplaySource::open(path, opts).map_err(Failure::setup)?,
-        ));
+        let source = ReplaySource::open(path, opts).map_err(Failure::setup)?;
+        for w in source.warnings() {
+            // Best effort: an unwritable stderr must not stop the replay; the warning quotes
+            // the file, so it is cleaned for the terminal.
+            crate::eprintln_safe!("gpuwatch: warning: {}", crate::text::clean(w));
+        }
+        return Ok(Box::new(source));
     }
     let source = NvmlSource::open(NvmlOptions {
         library: config.nvml.library.clone(),
@@ -518,7 +522,9 @@ fn record(g: &GlobalArgs, config: &Config, args: &RecordArgs) -> Result<u8> {
         config.sampling.interval,
     )
     .map_err(|e| Failure::runtime(format!("cannot write '{}': {e}", args.file.display())))?;
-    let deadline = args.duration.map(|d| tokio::time::Instant::now() + d);
+    let deadline = args
+        .duration
+        .and_then(|d| tokio::time::Instant::now().checked_add(d));
     let mut rx = sampler.frames();
     let mut written = 0u64;
     let mut last_seq = 0u64;
@@ -872,8 +878,8 @@ fn explain(args: &ExplainArgs) -> Result<u8> {
             (format!("'{}'", p.display()), Box::new(f))
         }
     };
-    let analysis =
-        scan_log(reader).map_err(|e| Failure::runtime(format!("cannot read {name}: {e}")))?;
+    let analysis = crate::triage::scan(reader)
+        .map_err(|e| Failure::runtime(format!("cannot read {name}: {e}")))?;
     let diagnosis = crate::triage::diagnose(&analysis, None);
     if args.json {
         let text = serde_json::to_string_pretty(&diagnosis)
@@ -883,41 +889,6 @@ fn explain(args: &ExplainArgs) -> Result<u8> {
         write_stdout(&crate::triage::render_text(&diagnosis))?;
     }
     Ok(0)
-}
-
-/// Feeds a log to the triage scanner a line at a time, in bounded memory whatever the size
-/// or the line lengths (a line is cut at [`crate::triage::MAX_LINE`] bytes; invalid UTF-8 is
-/// replaced).
-fn scan_log(reader: impl std::io::Read) -> std::io::Result<crate::triage::Analysis> {
-    use std::io::BufRead as _;
-    let mut reader = std::io::BufReader::with_capacity(1 << 16, reader);
-    let mut scanner = crate::triage::Scanner::new();
-    let mut line = Vec::with_capacity(1024);
-    loop {
-        line.clear();
-        // Up to the cap; the rest of an over-long line is skipped.
-        let n = std::io::Read::take(&mut reader, crate::triage::MAX_LINE as u64)
-            .read_until(b'\n', &mut line)?;
-        if n == 0 {
-            break;
-        }
-        if line.last() != Some(&b'\n') && n == crate::triage::MAX_LINE {
-            loop {
-                let buf = reader.fill_buf()?;
-                if buf.is_empty() {
-                    break;
-                }
-                if let Some(i) = buf.iter().position(|&b| b == b'\n') {
-                    reader.consume(i + 1);
-                    break;
-                }
-                let len = buf.len();
-                reader.consume(len);
-            }
-        }
-        scanner.push_line(&String::from_utf8_lossy(&line));
-    }
-    Ok(scanner.finish())
 }
 
 /// `--gpu`/`--min-free`: the GPU for the job (after the first sample), as the job's

@@ -280,10 +280,9 @@ fn parse_hang_timeout(text: &str) -> Result<Duration, String> {
         .map_err(|e| format!("'{text}' is {e}"))
 }
 
-/// Any duration humantime reads (`250ms`, `2s`, `5m`).
+/// Any duration humantime reads (`250ms`, `2s`, `5m`), up to [`crate::times::MAX_DURATION`].
 pub fn parse_any_duration(text: &str) -> Result<Duration, String> {
-    humantime::parse_duration(text.trim())
-        .map_err(|e| format!("'{text}' is not a duration ({e}; expected e.g. 500ms, 2s, 1m)"))
+    crate::times::parse_duration("--duration", text, crate::times::MAX_DURATION)
 }
 
 /// A size such as `20GiB`, `512MiB`, `0`, with the config file's rules and messages.

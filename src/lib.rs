@@ -26,6 +26,7 @@ pub mod source;
 pub mod stdio;
 pub mod store;
 pub mod text;
+pub mod times;
 pub mod triage;
 pub mod tui;
 pub mod watch;

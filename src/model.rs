@@ -311,7 +311,7 @@ impl Sample {
 
     /// `taken_at` as a `SystemTime`.
     pub fn taken_at_system(&self) -> SystemTime {
-        SystemTime::UNIX_EPOCH + Duration::from_secs_f64(self.taken_at.max(0.0))
+        crate::times::system_time(self.taken_at)
     }
 }
 

@@ -8,16 +8,21 @@
 //! - [`Recorder`] writes a recording and flushes after every line, so a recorder that is killed
 //!   leaves a file that is valid up to its last complete line.
 //! - [`Recording::read`] / [`Recording::parse`] read one back. Errors name the file, the line
-//!   (and the column where JSON is involved) and what was expected. An unterminated last line (the
-//!   recorder died mid-write) is skipped and counted in [`Recording::truncated_lines`], not an
-//!   error.
+//!   (and the column where JSON is involved) and what was expected, and quote at most
+//!   [`textlimit::QUOTE_MAX`] characters of the input. An unterminated last line (the recorder
+//!   died mid-write) is skipped and counted in [`Recording::truncated_lines`], not an error.
+//! - Bounded: the header line may be at most [`MAX_HEADER_LINE`] bytes and a sample line at
+//!   most [`MAX_SAMPLE_LINE`]; a longer line is an error, read no further than the cap.
+//! - Time: samples are played in file order. A sample taken earlier than the one before it (the
+//!   clock was stepped back, e.g. by NTP) is kept: [`Recording::clock_steps`] counts them and one
+//!   warning names the first. A sample whose `taken_at` is outside 1970-01-01 to 9999-12-31
+//!   ([`crate::times`]) is skipped with a warning, the rest of the recording plays.
 //!
 //! Versioning: `version` is a major version. Readers reject versions they do not know; within a
 //! version, writers may add new optional fields, and readers ignore fields they do not know.
 
 use std::fmt;
-use std::fs::File;
-use std::io::{self, BufRead, BufReader, Read, Write};
+use std::io::{self, BufReader, Read, Write};
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
@@ -30,6 +35,12 @@ pub const FORMAT: &str = "gpuwatch-recording";
 
 /// The recording version this build writes and reads.
 pub const VERSION: u32 = 1;
+
+/// The longest header line read (a header is a few hundred bytes).
+pub const MAX_HEADER_LINE: usize = 1 << 20;
+
+/// The longest sample line read: about 50 000 processes in one sample.
+pub const MAX_SAMPLE_LINE: usize = 16 << 20;
 
 /// Line 1 of a recording.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -74,6 +85,7 @@ pub struct Recorder<W: Write> {
     out: W,
     written: u64,
     last_taken_at: Option<f64>,
+    clock_steps: u64,
 }
 
 impl<W: Write> Recorder<W> {
@@ -101,6 +113,7 @@ impl<W: Write> Recorder<W> {
             out: writer,
             written: 0,
             last_taken_at: None,
+            clock_steps: 0,
         };
         recorder.write_line(header)?;
         Ok(recorder)
@@ -108,35 +121,37 @@ impl<W: Write> Recorder<W> {
 
     /// Appends one sample and flushes it.
     ///
-    /// Refuses (with `InvalidInput`, writing nothing) a sample whose `taken_at` or
-    /// `collect_seconds` is not finite, or that is older than the previous sample: readers
-    /// require time order. The caller decides whether to skip it (e.g. after a clock step) and
-    /// carry on.
+    /// Refuses (with `InvalidInput`, writing nothing) a sample whose `taken_at` is outside the
+    /// accepted range ([`crate::times::in_range`]) or whose `collect_seconds` is not finite. A
+    /// sample older than the previous one (the clock was stepped back) is written: readers play
+    /// in file order; [`Recorder::clock_steps`] counts them.
     pub fn write(&mut self, sample: &Sample) -> io::Result<()> {
-        if !sample.taken_at.is_finite() || !sample.collect_seconds.is_finite() {
+        if !crate::times::in_range(sample.taken_at) || !sample.collect_seconds.is_finite() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!(
-                    "sample has a non-finite time (taken_at {}, collect_seconds {})",
-                    sample.taken_at, sample.collect_seconds
-                ),
-            ));
-        }
-        if let Some(last) = self.last_taken_at
-            && sample.taken_at < last
-        {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!(
-                    "sample taken at {} is older than the previous one ({last}); recordings are in time order",
-                    sample.taken_at
+                    "sample has a time out of range (taken_at {}, collect_seconds {}): expected {}",
+                    sample.taken_at,
+                    sample.collect_seconds,
+                    crate::times::RANGE
                 ),
             ));
         }
         self.write_line(sample)?;
+        if self
+            .last_taken_at
+            .is_some_and(|last| sample.taken_at < last)
+        {
+            self.clock_steps += 1;
+        }
         self.last_taken_at = Some(sample.taken_at);
         self.written += 1;
         Ok(())
+    }
+
+    /// How many samples were written with a time before the previous one's.
+    pub fn clock_steps(&self) -> u64 {
+        self.clock_steps
     }
 
     /// How many samples were written.
@@ -158,7 +173,7 @@ impl<W: Write> Recorder<W> {
     }
 }
 
-/// A recording read back: its header and samples, in time order.
+/// A recording read back: its header and samples, in file order.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Recording {
     /// What the recording was read from (a path, or the name given to [`Recording::parse`]).
@@ -168,9 +183,18 @@ pub struct Recording {
     /// Unterminated last lines that did not parse and were skipped (0 or 1): the recorder was
     /// killed while writing.
     pub truncated_lines: usize,
-    /// Human-readable notes about what was tolerated while reading (one per skipped line).
+    /// Samples taken earlier than the sample before them (the clock was stepped back): kept,
+    /// in file order.
+    pub clock_steps: usize,
+    /// Samples skipped because their time is out of range.
+    pub skipped_samples: usize,
+    /// Human-readable notes about what was tolerated while reading: a skipped last line, the
+    /// first clock step back, each skipped sample (at most [`MAX_WARNINGS`], then a count).
     pub warnings: Vec<String>,
 }
+
+/// At most this many warnings are kept per recording; the rest are counted in the last.
+pub const MAX_WARNINGS: usize = 20;
 
 /// Why a recording could not be read. Every variant names the file; those about a line name it
 /// (1-based) and, for JSON and schema errors, the column.
@@ -215,21 +239,23 @@ pub enum RecordingError {
          on line 1, found {found}"
     )]
     MissingHeader { file: String, found: String },
+    #[error("{file}:{line}: line longer than {}: expected {expected} (a line of at most that size)", textlimit::size(*max as u64))]
+    LineTooLong {
+        file: String,
+        line: usize,
+        max: usize,
+        expected: Expected,
+    },
+    #[error("{file}:{line}: {message}")]
+    Time {
+        file: String,
+        line: usize,
+        message: String,
+    },
     #[error("{file}:1: wrong format {found}: expected \"{FORMAT}\"")]
     WrongFormat { file: String, found: String },
     #[error("{file}:1: unsupported recording version {found} (this build reads version {VERSION})")]
     UnsupportedVersion { file: String, found: String },
-    #[error(
-        "{file}:{line}: sample taken at {taken_at} is earlier than the sample on line \
-         {previous_line} (taken at {previous}): expected samples in time order"
-    )]
-    OutOfOrder {
-        file: String,
-        line: usize,
-        taken_at: f64,
-        previous_line: usize,
-        previous: f64,
-    },
 }
 
 impl RecordingError {
@@ -244,7 +270,8 @@ impl RecordingError {
             | RecordingError::MissingHeader { file, .. }
             | RecordingError::WrongFormat { file, .. }
             | RecordingError::UnsupportedVersion { file, .. }
-            | RecordingError::OutOfOrder { file, .. } => file,
+            | RecordingError::LineTooLong { file, .. }
+            | RecordingError::Time { file, .. } => file,
         }
     }
 
@@ -254,7 +281,8 @@ impl RecordingError {
             RecordingError::NotText { line, .. }
             | RecordingError::Json { line, .. }
             | RecordingError::Schema { line, .. }
-            | RecordingError::OutOfOrder { line, .. } => Some(*line),
+            | RecordingError::LineTooLong { line, .. }
+            | RecordingError::Time { line, .. } => Some(*line),
             RecordingError::MissingHeader { .. }
             | RecordingError::WrongFormat { .. }
             | RecordingError::UnsupportedVersion { .. } => Some(1),
@@ -294,7 +322,7 @@ impl Recording {
     pub fn read(path: impl AsRef<Path>) -> Result<Self, RecordingError> {
         let path = path.as_ref();
         let name = path.display().to_string();
-        let file = File::open(path).map_err(|source| RecordingError::Io {
+        let file = textlimit::open(path).map_err(|source| RecordingError::Io {
             file: name.clone(),
             source,
         })?;
@@ -312,27 +340,38 @@ impl Recording {
         let mut line_no = 0usize;
         let mut header: Option<Header> = None;
         let mut samples: Vec<Sample> = Vec::new();
-        let mut previous_line = 0usize;
         let mut truncated_lines = 0usize;
-        let mut warnings = Vec::new();
+        let mut tally = Tally::default();
 
         loop {
             buf.clear();
-            let n = reader.read_until(b'\n', &mut buf).map_err(io_err)?;
-            if n == 0 {
-                break;
-            }
-            line_no += 1;
-            let terminated = buf.last() == Some(&b'\n');
             let expected = if header.is_none() {
                 Expected::Header
             } else {
                 Expected::Sample
             };
+            let max = match expected {
+                Expected::Header => MAX_HEADER_LINE,
+                Expected::Sample => MAX_SAMPLE_LINE,
+            };
+            let (n, too_long) = textlimit::read_line(&mut reader, &mut buf, max).map_err(io_err)?;
+            if n == 0 {
+                break;
+            }
+            line_no += 1;
+            if too_long {
+                return Err(RecordingError::LineTooLong {
+                    file: name.to_owned(),
+                    line: line_no,
+                    max,
+                    expected,
+                });
+            }
+            let terminated = buf.last() == Some(&b'\n');
             let Ok(text) = std::str::from_utf8(&buf) else {
                 if !terminated && header.is_some() {
                     truncated_lines += 1;
-                    warnings.push(truncation_warning(name, line_no));
+                    tally.warnings.push(truncation_warning(name, line_no));
                     break;
                 }
                 return Err(RecordingError::NotText {
@@ -351,28 +390,22 @@ impl Recording {
             }
             match serde_json::from_str::<Sample>(text) {
                 Ok(sample) => {
-                    if let Some(previous) = samples.last()
-                        && sample.taken_at < previous.taken_at
-                    {
-                        return Err(RecordingError::OutOfOrder {
-                            file: name.to_owned(),
-                            line: line_no,
-                            taken_at: sample.taken_at,
-                            previous_line,
-                            previous: previous.taken_at,
-                        });
-                    }
-                    previous_line = line_no;
-                    samples.push(sample);
+                    tally.take(sample, &mut samples, name, line_no);
                 }
                 Err(e) if !terminated && e.is_eof() => {
                     // The recorder was killed mid-write: nothing can follow this line.
                     truncated_lines += 1;
-                    warnings.push(truncation_warning(name, line_no));
+                    tally.warnings.push(truncation_warning(name, line_no));
                     break;
                 }
                 Err(e) => return Err(json_error(name, line_no, expected, &e)),
             }
+        }
+        if tally.clock_steps > 1 {
+            let steps = tally.clock_steps;
+            tally.warnings.push(format!(
+                "{name}: the clock stepped back {steps} times in all"
+            ));
         }
 
         let Some(header) = header else {
@@ -385,16 +418,87 @@ impl Recording {
             header,
             samples,
             truncated_lines,
-            warnings,
+            clock_steps: tally.clock_steps,
+            skipped_samples: tally.skipped_samples,
+            warnings: tally.warnings.finish(name),
         })
     }
 
-    /// Seconds between the first and the last sample (0 with fewer than two).
+    /// Seconds from the first sample to the latest one (0 with fewer than two; with clock
+    /// steps back, to the latest time recorded).
     pub fn duration_seconds(&self) -> f64 {
-        match (self.samples.first(), self.samples.last()) {
-            (Some(first), Some(last)) => last.taken_at - first.taken_at,
-            _ => 0.0,
+        let Some(first) = self.samples.first() else {
+            return 0.0;
+        };
+        self.samples
+            .iter()
+            .map(|s| s.taken_at - first.taken_at)
+            .fold(0.0, f64::max)
+    }
+}
+
+/// What reading tolerated so far.
+#[derive(Default)]
+struct Tally {
+    previous_line: usize,
+    clock_steps: usize,
+    skipped_samples: usize,
+    warnings: Warnings,
+}
+
+impl Tally {
+    /// Keeps a sample read from line `line`, or skips it (its time is out of range); counts a
+    /// clock step back and warns about the first.
+    fn take(&mut self, sample: Sample, samples: &mut Vec<Sample>, name: &str, line: usize) {
+        if let Err(e) = crate::times::check("taken_at", sample.taken_at) {
+            self.skipped_samples += 1;
+            self.warnings
+                .push(format!("{name}:{line}: sample skipped: {e}"));
+            return;
         }
+        if let Some(previous) = samples.last()
+            && sample.taken_at < previous.taken_at
+        {
+            self.clock_steps += 1;
+            if self.clock_steps == 1 {
+                self.warnings.push(format!(
+                    "{name}:{line}: the clock stepped back {:.3} s (taken at {}, after {} on \
+                     line {}); played in file order",
+                    previous.taken_at - sample.taken_at,
+                    sample.taken_at,
+                    previous.taken_at,
+                    self.previous_line
+                ));
+            }
+        }
+        self.previous_line = line;
+        samples.push(sample);
+    }
+}
+
+/// Warnings while reading, keeping at most [`MAX_WARNINGS`] and counting the rest (a recording
+/// of a million bad samples does not keep a million sentences).
+#[derive(Default)]
+struct Warnings {
+    kept: Vec<String>,
+    more: usize,
+}
+
+impl Warnings {
+    fn push(&mut self, message: String) {
+        if self.kept.len() < MAX_WARNINGS {
+            self.kept.push(message);
+        } else {
+            self.more += 1;
+        }
+    }
+
+    fn finish(mut self, name: &str) -> Vec<String> {
+        if self.more > 0 {
+            self.kept
+                .push(format!("{name}: and {} more warnings", self.more));
+        }
+        self.kept
     }
 }
 
@@ -413,8 +517,8 @@ fn json_error(
     let message = e.to_string();
     let message = message
         .rfind(" at line ")
-        .map_or(message.as_str(), |i| &message[..i])
-        .to_owned();
+        .map_or(message.as_str(), |i| &message[..i]);
+    let message = textlimit::excerpt(message, textlimit::QUOTE_MAX).into_owned();
     let file = name.to_owned();
     let line = line + e.line().saturating_sub(1);
     let column = e.column();
@@ -460,7 +564,7 @@ fn parse_header(text: &str, name: &str, line: usize) -> Result<Header, Recording
     if format.as_str() != Some(FORMAT) {
         return Err(RecordingError::WrongFormat {
             file: name.to_owned(),
-            found: format.to_string(),
+            found: textlimit::excerpt(&format.to_string(), textlimit::QUOTE_MAX).into_owned(),
         });
     }
     match object.get("version") {
@@ -468,7 +572,7 @@ fn parse_header(text: &str, name: &str, line: usize) -> Result<Header, Recording
         Some(v) => {
             return Err(RecordingError::UnsupportedVersion {
                 file: name.to_owned(),
-                found: v.to_string(),
+                found: textlimit::excerpt(&v.to_string(), textlimit::QUOTE_MAX).into_owned(),
             });
         }
         None => {
@@ -479,7 +583,16 @@ fn parse_header(text: &str, name: &str, line: usize) -> Result<Header, Recording
         }
     }
     // Parse again from the text (not the Value) so that a field error has its column.
-    serde_json::from_str::<Header>(text).map_err(|e| json_error(name, line, Expected::Header, &e))
+    let header = serde_json::from_str::<Header>(text)
+        .map_err(|e| json_error(name, line, Expected::Header, &e))?;
+    crate::times::check("started_at", header.started_at).map_err(|message| {
+        RecordingError::Time {
+            file: name.to_owned(),
+            line,
+            message,
+        }
+    })?;
+    Ok(header)
 }
 
 fn json_kind(value: &serde_json::Value) -> &'static str {
@@ -569,16 +682,108 @@ mod tests {
     }
 
     #[test]
-    fn recorder_refuses_time_going_back() {
+    fn recorder_keeps_a_clock_step_back_and_refuses_bad_times() {
         let header = Header::new(&source(), Duration::from_millis(250), 0.0);
         let mut rec = Recorder::with_header(Vec::new(), &header).unwrap();
         rec.write(&sample(10.0)).unwrap();
-        let err = rec.write(&sample(9.0)).unwrap_err();
-        assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
+        rec.write(&sample(9.0)).unwrap();
         rec.write(&sample(10.0)).unwrap();
-        assert_eq!(rec.samples_written(), 2);
-        let err = rec.write(&sample(f64::NAN)).unwrap_err();
-        assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
+        assert_eq!((rec.samples_written(), rec.clock_steps()), (3, 1));
+        for bad in [f64::NAN, 1e300, -1.0] {
+            let err = rec.write(&sample(bad)).unwrap_err();
+            assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
+        }
+        assert_eq!(rec.samples_written(), 3);
+    }
+
+    #[test]
+    fn a_clock_step_back_plays_in_file_order_with_one_warning() {
+        let bytes = record(&[
+            sample(100.0),
+            sample(101.0),
+            sample(50.0),
+            sample(51.0),
+            sample(40.0),
+        ]);
+        let rec = Recording::parse(bytes.as_slice(), "r").unwrap();
+        let times: Vec<f64> = rec.samples.iter().map(|s| s.taken_at).collect();
+        assert_eq!(times, [100.0, 101.0, 50.0, 51.0, 40.0]);
+        assert_eq!(rec.clock_steps, 2);
+        assert_eq!(rec.warnings.len(), 2, "{:?}", rec.warnings);
+        assert!(
+            rec.warnings[0].starts_with("r:4: the clock stepped back 51.000 s"),
+            "{:?}",
+            rec.warnings
+        );
+        assert!((rec.duration_seconds() - 1.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_sample_out_of_range_is_skipped_with_a_warning() {
+        use std::fmt::Write as _;
+        let ok = String::from_utf8(record(&[sample(1.0)])).unwrap();
+        let mut text = ok.clone();
+        for t in ["1e300", "-5", "253402300800"] {
+            let _ = writeln!(
+                text,
+                "{{\"taken_at\": {t}, \"gpus\": [], \"errors\": [], \"collect_seconds\": 0}}"
+            );
+        }
+        text.push_str(&ok.lines().nth(1).unwrap().replace("1.0", "2.0"));
+        text.push('\n');
+        let rec = Recording::parse(text.as_bytes(), "r").unwrap();
+        assert_eq!(rec.samples.len(), 2);
+        assert_eq!(rec.skipped_samples, 3);
+        assert!(
+            rec.warnings[0].starts_with("r:3: sample skipped: taken_at: 1e300 is out of range"),
+            "{:?}",
+            rec.warnings
+        );
+        // Many bad samples keep a bounded list of warnings.
+        let mut many = ok.clone();
+        for _ in 0..1000 {
+            many.push_str(
+                "{\"taken_at\": 1e300, \"gpus\": [], \"errors\": [], \"collect_seconds\": 0}\n",
+            );
+        }
+        let rec = Recording::parse(many.as_bytes(), "r").unwrap();
+        assert_eq!(rec.warnings.len(), MAX_WARNINGS + 1);
+        assert_eq!(rec.warnings[MAX_WARNINGS], "r: and 980 more warnings");
+    }
+
+    #[test]
+    fn long_lines_are_refused_and_quoted_short() {
+        let ok = String::from_utf8(record(&[])).unwrap();
+        // Over the cap: an error, read no further than the cap.
+        let mut text = ok.clone().into_bytes();
+        text.resize(text.len() + MAX_SAMPLE_LINE + 10, b'x');
+        let err = Recording::parse(text.as_slice(), "r").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "r:2: line longer than 16 MiB: expected a sample (a line of at most that size)"
+        );
+        let err = Recording::parse(&vec![b' '; MAX_HEADER_LINE + 1][..], "r").unwrap_err();
+        assert!(
+            matches!(err, RecordingError::LineTooLong { line: 1, .. }),
+            "{err}"
+        );
+        // Under the cap, a long string value: the message quotes a little of it.
+        let line = format!(
+            "{{\"taken_at\": \"{}\", \"gpus\": []}}\n",
+            "y".repeat(1 << 20)
+        );
+        let err = Recording::parse(format!("{ok}{line}").as_bytes(), "r").unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.len() < 500, "{} bytes: {}", msg.len(), &msg[..500]);
+        assert!(msg.contains("… ("), "{msg}");
+        let header = format!(
+            "{{\"format\": \"{}\", \"version\": 1}}\n",
+            "z".repeat(500_000)
+        );
+        let msg = Recording::parse(header.as_bytes(), "r")
+            .unwrap_err()
+            .to_string();
+        assert!(msg.len() < 500, "{msg}");
     }
 
     #[test]

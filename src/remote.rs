@@ -239,8 +239,14 @@ fn stream(
 /// A frame from one `snapshot --json` document, published now (its age on the daemon
 /// counted in).
 pub fn frame_from_json(text: &str) -> Result<Frame, String> {
-    let snap: Snapshot = serde_json::from_str(text)
-        .map_err(|e| format!("the daemon sent a frame this version cannot read: {e}"))?;
+    let snap: Snapshot = serde_json::from_str(text).map_err(|e| {
+        format!(
+            "the daemon sent a frame this version cannot read: {}",
+            textlimit::excerpt(&e.to_string(), textlimit::QUOTE_MAX)
+        )
+    })?;
+    crate::times::check("taken_at_unix", snap.taken_at_unix)
+        .map_err(|e| format!("the daemon sent a frame with a bad time: {e}"))?;
     if snap.schema_version != crate::output::json::SCHEMA_VERSION {
         return Err(format!(
             "the daemon speaks snapshot schema {} and this gpuwatch reads {}: upgrade one of them",

@@ -23,7 +23,6 @@
 //! The UI drives the sequence (TERM, then KILL if the user asks); nothing here waits.
 
 use std::fmt;
-use std::time::{Duration, UNIX_EPOCH};
 
 use rustix::io::Errno;
 use rustix::process::{Pid, PidfdFlags, Signal};
@@ -119,8 +118,7 @@ pub enum SignalError {
 /// `secs` (Unix seconds) as a UTC wall-clock time: `12:03:44 UTC`, with the date in front
 /// when `other` falls on another day.
 fn clock(secs: u64, other: u64) -> String {
-    let rfc =
-        |s: u64| humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_secs(s)).to_string();
+    let rfc = |s: u64| crate::times::format_rfc3339(s as f64);
     let this = rfc(secs);
     let (date, time) = this.split_once('T').unwrap_or((this.as_str(), ""));
     let time = time.trim_end_matches('Z');
@@ -285,7 +283,7 @@ mod tests {
         let err = send_with(pid, start, Sig::Kill, false).expect_err("refused");
         assert!(matches!(err, SignalError::NotPinned { pid: p, .. } if p == pid));
         assert!(err.to_string().contains("will not signal it"), "{err}");
-        std::thread::sleep(Duration::from_millis(50));
+        std::thread::sleep(std::time::Duration::from_millis(50));
         assert!(child.try_wait().expect("try_wait").is_none(), "signalled");
         let _ = child.kill();
         let _ = child.wait();

@@ -493,29 +493,43 @@ fn empty_file_is_refused() {
 }
 
 #[test]
-fn out_of_order_samples_are_refused() {
+fn out_of_order_samples_play_in_file_order() {
+    // A clock stepped back (NTP): the samples play in file order, one warning names the step,
+    // and the replay waits one recorded interval there instead of a negative gap.
     let mut lines = vec![header_line()];
     let samples = sample_lines(4);
     lines.extend([&samples[0], &samples[2], &samples[1], &samples[3]].map(String::clone));
     let (res, path) = read_text(&join(&lines));
-    let err = res.unwrap_err();
-    assert!(matches!(
-        err,
-        RecordingError::OutOfOrder {
-            line: 4,
-            previous_line: 3,
-            ..
-        }
-    ));
+    let rec = res.unwrap();
+    assert_eq!(rec.clock_steps, 1);
+    assert_eq!(rec.warnings.len(), 1, "{:?}", rec.warnings);
     assert!(
-        err.to_string()
-            .starts_with(&format!("{path}:4: sample taken at")),
-        "{err}"
+        rec.warnings[0].starts_with(&format!("{path}:4: the clock stepped back"))
+            && rec.warnings[0].ends_with("on line 3); played in file order"),
+        "{:?}",
+        rec.warnings
     );
-    assert!(
-        err.to_string().contains("expected samples in time order"),
-        "{err}"
-    );
+    let times: Vec<f64> = rec.samples.iter().map(|s| s.taken_at).collect();
+    let interval = rec.header.interval();
+    let mut src = ReplaySource::from_recording(
+        rec,
+        ReplayOptions {
+            speed: 1.0,
+            ..fast()
+        },
+    )
+    .unwrap();
+    assert_eq!(src.warnings().len(), 1);
+    let probe = CallProbe::default();
+    let mut played = Vec::new();
+    let mut delays = Vec::new();
+    while !src.finished() {
+        played.push(src.sample(&probe).taken_at);
+        delays.push(src.next_delay().unwrap());
+    }
+    assert_eq!(played, times);
+    assert_eq!(delays[1], interval, "at the step: one interval");
+    assert!(delays[0] > Duration::ZERO && delays[2] > Duration::ZERO);
 }
 
 #[test]

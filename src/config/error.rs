@@ -54,9 +54,10 @@ pub enum ConfigError {
     },
     /// A key or section the config does not have.
     #[error(
-        "config file '{}': unknown {} '{key}' at line {line}, column {column} (valid {}: {})",
+        "config file '{}': unknown {} '{}' at line {line}, column {column} (valid {}: {})",
         path.display(),
         if section.is_some() { "key" } else { "section" },
+        textlimit::excerpt(key, textlimit::QUOTE_MAX),
         section.map_or_else(|| "sections".to_owned(), |s| format!("keys in [{s}]")),
         valid.join(", ")
     )]
@@ -85,6 +86,7 @@ pub enum ConfigError {
 }
 
 fn invalid_message(origin: &Origin, value: &str, problem: &ValueError) -> String {
+    let value = textlimit::excerpt(value, textlimit::QUOTE_MAX);
     match origin {
         Origin::File { path, key } => {
             format!("config file '{path}': {key} = {value} is {problem}")

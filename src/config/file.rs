@@ -303,7 +303,8 @@ fn syntax_error(path: &Path, text: &str, key: Option<String>, e: &toml::de::Erro
         key,
         line,
         column,
-        message: e.message().trim_end().to_owned(),
+        message: textlimit::excerpt_lines(e.message().trim_end(), textlimit::QUOTE_MAX)
+            .into_owned(),
     }
 }
 

@@ -1127,15 +1127,19 @@ pub fn locate(explicit: Option<&Path>, env: &dyn Fn(&str) -> Option<OsString>) -
     }
 }
 
+/// The largest config file read (the shipped default is a few KiB): a bigger file, a device
+/// (`/dev/zero`) or a FIFO is refused before it is read.
+pub const MAX_FILE_BYTES: u64 = 1 << 20;
+
 /// Reads the config file at `location`; a missing default file gives an empty file (all
-/// defaults), a missing explicit one is an error.
+/// defaults), a missing explicit one is an error. At most [`MAX_FILE_BYTES`], a regular file.
 pub fn read(location: &Location) -> Result<ConfigFile, ConfigError> {
     let (path, required) = match location {
         Location::Explicit(p) => (p, true),
         Location::Default(p) => (p, false),
         Location::None => return Ok(ConfigFile::default()),
     };
-    match std::fs::read_to_string(path) {
+    match textlimit::read_file(path, MAX_FILE_BYTES) {
         Ok(text) => ConfigFile::parse(&text, path),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             if required {

@@ -13,6 +13,7 @@
 //! the parameter and what was expected.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -53,7 +54,8 @@ pub fn parse(params: &[(String, String)], now: f64) -> Result<SeriesQuery, Strin
             "step" => &mut step,
             other => {
                 return Err(format!(
-                    "unknown parameter '{other}' (expected gpu, pid, since, until, step)"
+                    "unknown parameter '{}' (expected gpu, pid, since, until, step)",
+                    textlimit::excerpt(other, textlimit::QUOTE_MAX)
                 ));
             }
         };
@@ -72,17 +74,20 @@ pub fn parse(params: &[(String, String)], now: f64) -> Result<SeriesQuery, Strin
         .transpose()?;
     let pid = pid
         .map(|p| {
-            p.trim()
-                .parse::<u32>()
-                .map_err(|_| format!("'pid' is '{p}' (expected a process ID, a whole number)"))
+            p.trim().parse::<u32>().map_err(|_| {
+                format!(
+                    "'pid' is '{}' (expected a process ID, a whole number)",
+                    textlimit::excerpt(p, textlimit::QUOTE_MAX)
+                )
+            })
         })
         .transpose()?;
     let until = match until {
-        Some(u) => crate::store::parse_time(u, now).map_err(|e| format!("'until': {e}"))?,
+        Some(u) => crate::times::parse_time("'until'", u, now)?,
         None => now,
     };
     let since = match since {
-        Some(s) => crate::store::parse_since(s, now).map_err(|e| format!("'since': {e}"))?,
+        Some(s) => crate::times::parse_since("'since'", s, now)?,
         None => until - 3600.0,
     };
     if since >= until {
@@ -94,8 +99,8 @@ pub fn parse(params: &[(String, String)], now: f64) -> Result<SeriesQuery, Strin
     if range > MAX_RANGE {
         return Err(format!(
             "the range is {}, longer than the {} one query may cover: narrow 'since'/'until'",
-            humantime::format_duration(std::time::Duration::from_secs_f64(range.round())),
-            humantime::format_duration(std::time::Duration::from_secs_f64(MAX_RANGE))
+            humantime::format_duration(Duration::from_secs(range.round() as u64)),
+            humantime::format_duration(Duration::from_secs(MAX_RANGE as u64))
         ));
     }
     let step = match step {
@@ -121,19 +126,19 @@ pub fn parse(params: &[(String, String)], now: f64) -> Result<SeriesQuery, Strin
 
 fn parse_step(text: &str) -> Result<f64, String> {
     let t = text.trim();
-    let secs = if let Ok(v) = t.parse::<f64>() {
-        v
+    let max = Duration::from_secs(MAX_RANGE as u64);
+    let step = if let Ok(v) = t.parse::<f64>() {
+        crate::times::duration("'step'", v, max)?
     } else {
-        humantime::parse_duration(t)
-            .map_err(|_| {
-                format!("'step' is '{text}' (expected a duration such as 30s or 5m, or seconds)")
-            })?
-            .as_secs_f64()
+        crate::times::parse_duration("'step'", t, max)?
     };
-    if !secs.is_finite() || secs < 1.0 {
-        return Err(format!("'step' is '{text}' (expected at least 1 second)"));
+    if step < Duration::from_secs(1) {
+        return Err(format!(
+            "'step' is '{}' (expected at least 1 second)",
+            textlimit::excerpt(text, textlimit::QUOTE_MAX)
+        ));
     }
-    Ok(secs)
+    Ok(step.as_secs_f64())
 }
 
 pub async fn handler(
@@ -255,5 +260,39 @@ mod tests {
             "{many}"
         );
         assert!(err(&[("since", "365d")]).contains("longer than"));
+    }
+
+    proptest::proptest! {
+        /// Any query: a bounded query or a short error naming a parameter, never a panic.
+        #[test]
+        fn any_query_parses_or_is_refused(
+            pairs in proptest::collection::vec(("since|until|step|pid|gpu|\\PC{0,5}", "\\PC{0,30}|-?[0-9]{1,25}(e[0-9]{1,3})?|[0-9]{1,20}[smhdy]( ago)?"), 0..4),
+        ) {
+            let pairs: Vec<(String, String)> = pairs;
+            match parse(&pairs, 1_764_000_000.0) {
+                Ok(q) => {
+                    proptest::prop_assert!(q.since < q.until && q.until - q.since <= MAX_RANGE);
+                    proptest::prop_assert!(q.step >= 1.0 && (q.until - q.since) / q.step <= MAX_POINTS);
+                }
+                Err(e) => proptest::prop_assert!(e.len() < 600, "{}", e),
+            }
+        }
+    }
+
+    #[test]
+    fn crafted_times_are_refused_not_panics() {
+        let err = |pairs: &[(&str, &str)]| q(pairs).unwrap_err();
+        let e = err(&[("since", "0"), ("until", "1e20")]);
+        assert!(e.starts_with("'until': 1e20 is out of range"), "{e}");
+        assert!(err(&[("since", "€a€")]).starts_with("'since': '€a€' is not a time"));
+        assert!(err(&[("since", "1e19")]).contains("out of range"));
+        assert!(err(&[("since", "-1e300")]).contains("out of range"));
+        assert!(err(&[("step", "1e300")]).starts_with("'step': "));
+        assert!(err(&[("step", "100000000000y")]).starts_with("'step': "));
+        let long = "9".repeat(100_000);
+        for key in ["since", "until", "step", "pid", &long] {
+            let e = err(&[(key, &long)]);
+            assert!(e.len() < 600, "{key}: {} bytes", e.len());
+        }
     }
 }

@@ -60,37 +60,11 @@ const TOKEN_FILE_MAX: u64 = 4096;
 /// would block the start) is an error naming the file. The daemon serves it, `tui --connect`
 /// and `tui --prometheus` send it.
 pub fn read_token_file(path: &std::path::Path) -> Result<String, String> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
     let name = path.display();
-    let fail = |e: std::io::Error| format!("cannot read the token file '{name}': {e}");
-    let not_regular =
-        || format!("the token file '{name}' is not a regular file (a FIFO, device or directory)");
-    if !std::fs::metadata(path).map_err(fail)?.is_file() {
-        return Err(not_regular());
-    }
-    // Non-blocking, so that a file swapped for a FIFO after the check cannot block the open;
-    // checked again on what was opened.
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits().cast_signed())
-        .open(path)
-        .map_err(fail)?;
-    if !file.metadata().map_err(fail)?.is_file() {
-        return Err(not_regular());
-    }
-    let mut bytes = Vec::new();
-    file.take(TOKEN_FILE_MAX + 1)
-        .read_to_end(&mut bytes)
-        .map_err(fail)?;
-    if bytes.len() as u64 > TOKEN_FILE_MAX {
-        return Err(format!(
-            "the token file '{name}' is larger than {TOKEN_FILE_MAX} bytes: it should hold one token"
-        ));
-    }
-    let text = String::from_utf8(bytes).map_err(|_| {
-        format!("the token file '{name}' is not text (expected one line holding the token)")
-    })?;
+    // Bounded, regular files only, never blocking on a FIFO: the one reader of small files
+    // from outside.
+    let text = textlimit::read_file(path, TOKEN_FILE_MAX)
+        .map_err(|e| format!("cannot read the token file '{name}': {e}"))?;
     let token = text.trim();
     if token.is_empty() {
         return Err(format!("the token file '{name}' is empty"));
@@ -525,7 +499,7 @@ mod tests {
             (b"abc def", "' ' inside the token"),
             (b"abc\x1b[2Jdef", "inside the token"),
             (b"\n\n", "is empty"),
-            (b"\xff\xfe", "not text"),
+            (b"\xff\xfe", "not UTF-8 text"),
         ] {
             let e = read_token_file(&write(text)).expect_err("refused");
             assert!(e.contains(needle) && e.contains("token"), "{e}");
@@ -533,6 +507,6 @@ mod tests {
         let big = vec![b'a'; 5000];
         assert!(read_token_file(&write(&big)).is_err_and(|e| e.contains("larger than")));
         let e = read_token_file(dir.path()).expect_err("a directory");
-        assert!(e.contains("not a regular file"), "{e}");
+        assert!(e.contains("a directory (expected a regular file)"), "{e}");
     }
 }

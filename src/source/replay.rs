@@ -4,6 +4,11 @@
 //! values and errors unchanged, `taken_at` is the recorded time), and paces them with
 //! [`GpuSource::next_delay`]: the recorded gap to the next sample divided by the speed.
 //!
+//! Clock steps: samples play in file order. Where the recorded time goes back (the clock was
+//! stepped, e.g. by NTP), the replay waits one recorded interval, as if the step were not there;
+//! `taken_at` stays as recorded (consumers such as [`crate::history::History`] cope with a
+//! step back), and [`Recording`] warns once.
+//!
 //! Looping: the first pass is untouched. Each later pass shifts `taken_at` forward by one loop
 //! period (the replayed span plus one recorded interval), so that consumers keep seeing time go
 //! forward; everything else stays as recorded.
@@ -65,6 +70,7 @@ pub struct ReplaySource {
     looped: bool,
     returned_any: bool,
     truncated_lines: usize,
+    warnings: Vec<String>,
 }
 
 impl ReplaySource {
@@ -116,10 +122,14 @@ impl ReplaySource {
             }
         };
 
-        let span = match (recording.samples.get(first), recording.samples.last()) {
-            (Some(a), Some(b)) => b.taken_at - a.taken_at,
-            _ => 0.0,
-        };
+        // To the latest time of the pass (not the last sample's: the clock may have stepped
+        // back), so that the next pass starts after everything in this one.
+        let span = recording.samples.get(first).map_or(0.0, |a| {
+            recording.samples[first..]
+                .iter()
+                .map(|s| s.taken_at - a.taken_at)
+                .fold(0.0, f64::max)
+        });
         let replayed = recording.samples.len().saturating_sub(first);
         let wrap_gap = if recording.header.interval_ms > 0 {
             recording.header.interval_ms as f64 / 1000.0
@@ -156,6 +166,7 @@ impl ReplaySource {
             looped: options.looped,
             returned_any: false,
             truncated_lines: recording.truncated_lines,
+            warnings: recording.warnings,
         })
     }
 
@@ -184,6 +195,11 @@ impl ReplaySource {
         self.loops
     }
 
+    /// What was tolerated while reading the recording (for the user to see once).
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
     /// Incomplete last lines skipped while reading the recording.
     pub fn truncated_lines(&self) -> usize {
         self.truncated_lines
@@ -197,7 +213,11 @@ impl ReplaySource {
         if self.as_fast_as_possible() {
             return Duration::ZERO;
         }
-        Duration::try_from_secs_f64((seconds / self.speed).max(0.0)).unwrap_or(Duration::MAX)
+        // At most MAX_DURATION (8 000 years): callers add it to an `Instant`, which
+        // `Duration::MAX` would overflow (`--speed 1e-300`, a crafted `interval_ms`).
+        Duration::try_from_secs_f64((seconds / self.speed).max(0.0))
+            .unwrap_or(crate::times::MAX_DURATION)
+            .min(crate::times::MAX_DURATION)
     }
 }
 
@@ -243,8 +263,11 @@ impl GpuSource for ReplaySource {
             return Some(Duration::ZERO);
         }
         let gap = match (self.samples.get(self.next - 1), self.samples.get(self.next)) {
-            (Some(prev), Some(next)) => next.taken_at - prev.taken_at,
-            // Last sample of a looping replay: one interval to the first again.
+            (Some(prev), Some(next)) if next.taken_at >= prev.taken_at => {
+                next.taken_at - prev.taken_at
+            }
+            // The clock stepped back here, or the last sample of a looping replay: one
+            // interval.
             _ => self.wrap_gap,
         };
         Some(self.scaled(gap))
@@ -293,6 +316,8 @@ mod tests {
                 })
                 .collect(),
             truncated_lines: 0,
+            clock_steps: 0,
+            skipped_samples: 0,
             warnings: vec![],
         }
     }
@@ -301,6 +326,29 @@ mod tests {
         ReplayOptions {
             speed,
             ..ReplayOptions::default()
+        }
+    }
+
+    #[test]
+    fn delays_stay_addable_to_an_instant() {
+        let mut rec = recording(&[100.0, 2.0e11]);
+        rec.header.interval_ms = u64::MAX;
+        for (speed, looped) in [(1e-300, false), (f64::MIN_POSITIVE, true), (1.0, true)] {
+            let mut src = ReplaySource::from_recording(
+                rec.clone(),
+                ReplayOptions {
+                    speed,
+                    start_at: None,
+                    looped,
+                },
+            )
+            .unwrap();
+            let probe = CallProbe::default();
+            for _ in 0..4 {
+                src.sample(&probe);
+                let d = src.next_delay().unwrap();
+                assert!(std::time::Instant::now().checked_add(d).is_some(), "{d:?}");
+            }
         }
     }
 

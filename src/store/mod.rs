@@ -50,7 +50,6 @@
 //! (200 MiB).
 
 mod file;
-mod time;
 
 #[cfg(test)]
 mod tests;
@@ -65,7 +64,6 @@ use serde::Serialize;
 use crate::model::Sample;
 
 pub use file::{APPLICATION_ID, lock_path};
-pub use time::{parse_since, parse_time};
 
 /// Why the store could not do something. Always names the file.
 #[derive(Debug, thiserror::Error)]

@@ -332,6 +332,16 @@ impl Scanner {
     /// split across two calls is read as two lines.
     pub fn push_line(&mut self, line: &str) {
         let line = line.strip_suffix('\n').unwrap_or(line);
+        let line = line
+            .strip_suffix('\r')
+            .map_or(line, |l| if l.is_empty() { line } else { l });
+        // Most lines have no newline, carriage return or escape: one pass to know it (the
+        // general path below takes three), then straight to the classifier.
+        let head = cap(line, MAX_LINE);
+        if memchr::memchr3(b'\n', b'\r', 0x1b, head.as_bytes()).is_none() {
+            self.push_clean(head);
+            return;
+        }
         for physical in line.split('\n') {
             let physical = cap(physical, MAX_LINE);
             let mut any = false;
@@ -522,6 +532,45 @@ impl Scanner {
             assertion,
         }
     }
+}
+
+/// Feeds a log to the triage scanner a line at a time, in bounded memory whatever the size
+/// or the line lengths (a line is cut at [`MAX_LINE`] bytes; invalid UTF-8 is
+/// replaced).
+pub fn scan(reader: impl std::io::Read) -> std::io::Result<Analysis> {
+    use std::io::BufRead as _;
+    let mut reader = std::io::BufReader::with_capacity(1 << 16, reader);
+    let mut scanner = Scanner::new();
+    let mut line = Vec::with_capacity(1024);
+    loop {
+        line.clear();
+        // Up to the cap; the rest of an over-long line is skipped.
+        let n = std::io::Read::take(&mut reader, MAX_LINE as u64).read_until(b'\n', &mut line)?;
+        if n == 0 {
+            break;
+        }
+        if line.last() != Some(&b'\n') && n == MAX_LINE {
+            loop {
+                let buf = reader.fill_buf()?;
+                if buf.is_empty() {
+                    break;
+                }
+                if let Some(i) = buf.iter().position(|&b| b == b'\n') {
+                    reader.consume(i + 1);
+                    break;
+                }
+                let len = buf.len();
+                reader.consume(len);
+            }
+        }
+        // Valid UTF-8 (the usual case) is checked by the fast validator; only a line that is
+        // not goes through the slower lossy conversion.
+        match std::str::from_utf8(&line) {
+            Ok(text) => scanner.push_line(text),
+            Err(_) => scanner.push_line(&String::from_utf8_lossy(&line)),
+        }
+    }
+    Ok(scanner.finish())
 }
 
 /// Retained state of a scanner after `lines` lines can't exceed this many bytes.

@@ -544,6 +544,10 @@ impl MigDevice {
     }
 }
 
+/// The largest scenario file read (a scenario of 64 GPUs with 5 000 processes each is about
+/// 20 MiB of TOML; the shipped ones are a few KiB).
+pub const MAX_FILE_BYTES: u64 = 32 << 20;
+
 impl Scenario {
     /// The GPUs the driver lists at `t`, in index order: (position in the scenario, GPU).
     /// The index NVML reports is the rank in this list.
@@ -559,23 +563,31 @@ impl Scenario {
         Self::parse_named(text, None)
     }
 
-    /// Reads and parses a scenario file.
+    /// Reads and parses a scenario file: a regular file of at most [`MAX_FILE_BYTES`] (a
+    /// device such as `/dev/zero` or a FIFO is refused, not read).
     pub fn load(path: &Path) -> Result<Self, ScenarioError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Read {
-            path: path.display().to_string(),
-            source,
-        })?;
+        let text =
+            textlimit::read_file(path, MAX_FILE_BYTES).map_err(|source| ScenarioError::Read {
+                path: path.display().to_string(),
+                source,
+            })?;
         Self::parse_named(&text, Some(path.display().to_string()))
     }
 
     fn parse_named(text: &str, path: Option<String>) -> Result<Self, ScenarioError> {
+        // TOML's message quotes the offending line: a line of a megabyte is quoted short.
+        let short =
+            |m: &str| textlimit::excerpt_lines(m.trim_end(), textlimit::QUOTE_MAX).into_owned();
         let scenario: Scenario = toml::from_str(text).map_err(|e| ScenarioError::Parse {
             path: path.clone(),
-            message: e.to_string().trim_end().to_string(),
+            message: short(&e.to_string()),
         })?;
         scenario
             .validate()
-            .map_err(|message| ScenarioError::Parse { path, message })?;
+            .map_err(|message| ScenarioError::Parse {
+                path,
+                message: short(&message),
+            })?;
         Ok(scenario)
     }
 

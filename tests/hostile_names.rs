@@ -10,8 +10,9 @@ mod common;
 
 use std::fmt::Write as _;
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use common::tmux::Tmux;
 use common::{
     Hostile, ScenarioFile, Sleeper, fake_nvml, gpuwatch_bin, gpuwatch_cmd, gpuwatch_on, stderr,
     stdout, steering_chars,
@@ -268,90 +269,6 @@ fn tui_connect_on_a_pipe_shows_a_remote_hostile_name_escaped() {
     assert_table(&ok(&o), bad.pid(), plain.pid());
 }
 
-/// A tmux server of our own; killed on drop.
-struct Tmux {
-    socket: String,
-    _conf: tempfile::TempDir,
-}
-
-impl Tmux {
-    /// Runs `script` in a detached 200×50 pane (the clipboard open to applications, as
-    /// `set-clipboard on` does, so an OSC 52 write would show as a paste buffer).
-    fn start(name: &str, script: &str) -> Self {
-        let conf = tempfile::tempdir().expect("tmp");
-        let conf_file = conf.path().join("tmux.conf");
-        std::fs::write(
-            &conf_file,
-            "set -g set-clipboard on\nset -g allow-rename on\n",
-        )
-        .expect("tmux.conf");
-        let socket = format!("gpuwatch-hostile-{}-{name}", std::process::id());
-        let status = Command::new("tmux")
-            .args(["-L", &socket, "-f"])
-            .arg(&conf_file)
-            .args(["new-session", "-d", "-s", "t", "-x", "200", "-y", "50"])
-            .arg(script)
-            .status()
-            .expect("tmux is needed for this test (apt-get install tmux)");
-        assert!(status.success());
-        Self {
-            socket,
-            _conf: conf,
-        }
-    }
-
-    fn tmux(&self, args: &[&str]) -> String {
-        let out = Command::new("tmux")
-            .args(["-L", &self.socket])
-            .args(args)
-            .output()
-            .expect("tmux runs");
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    fn screen(&self) -> String {
-        self.tmux(&["capture-pane", "-p", "-t", "t"])
-    }
-
-    fn title(&self) -> String {
-        self.tmux(&["display", "-p", "-t", "t", "#{pane_title}"])
-            .trim()
-            .to_string()
-    }
-
-    fn buffers(&self) -> String {
-        self.tmux(&["list-buffers"])
-    }
-
-    fn wait_for(&self, what: &str, pred: impl Fn(&str) -> bool) -> String {
-        let started = Instant::now();
-        loop {
-            let s = self.screen();
-            if pred(&s) {
-                return s;
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(20),
-                "timed out waiting for {what}; screen:\n{s}"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
-
-impl Drop for Tmux {
-    fn drop(&mut self) {
-        let path = self.tmux(&["display", "-p", "#{socket_path}"]);
-        let _ = Command::new("tmux")
-            .args(["-L", &self.socket, "kill-server"])
-            .status();
-        let path = path.trim();
-        if !path.is_empty() {
-            let _ = std::fs::remove_file(path);
-        }
-    }
-}
-
 /// A shell script that runs gpuwatch with `args` on the double with this scenario, with a
 /// title set first (the one that must survive) and a marker line printed before (the one a
 /// clear screen would wipe).
@@ -378,7 +295,7 @@ fn pane_script(sc: &ScenarioFile, args: &str) -> String {
 fn snapshot_on_a_terminal_neither_retitles_nor_clears_it() {
     let (bad, plain) = (Hostile::spawn(ARGV0), Sleeper::spawn());
     let sc = ScenarioFile::new(&nvml_scenario(bad.pid(), plain.pid()));
-    let t = Tmux::start("snapshot", &pane_script(&sc, "snapshot"));
+    let t = Tmux::start_open("snapshot", &pane_script(&sc, "snapshot"));
     let screen = t.wait_for("the snapshot", |s| s.contains("EXITED rc="));
     assert!(screen.contains("EXITED rc=0"), "{screen}");
     assert_eq!(t.title(), "KEEP-TITLE", "the pane title changed:\n{screen}");
@@ -400,7 +317,7 @@ fn snapshot_on_a_terminal_neither_retitles_nor_clears_it() {
 fn the_dashboard_neither_retitles_the_pane_nor_writes_the_clipboard() {
     let (bad, plain) = (Hostile::spawn(ARGV0), Sleeper::spawn());
     let sc = ScenarioFile::new(&nvml_scenario(bad.pid(), plain.pid()));
-    let t = Tmux::start("dashboard", &pane_script(&sc, "--interval 200ms"));
+    let t = Tmux::start_open("dashboard", &pane_script(&sc, "--interval 200ms"));
     let pid = bad.pid().to_string();
     let screen = t.wait_for("the hostile process's row", |s| {
         s.contains(&pid) && s.contains("evil")

@@ -469,7 +469,7 @@ fn bad_token_files_are_refused_at_start() {
         std::thread::sleep(Duration::from_millis(50));
     }
     let o = child.wait_with_output().expect("output");
-    common::fails_with(&o, 2, "is not a regular file");
+    common::fails_with(&o, 2, "it is a FIFO (expected a regular file)");
     assert!(stderr(&o).contains(&arg), "{}", stderr(&o));
 }
 

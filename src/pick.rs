@@ -77,16 +77,31 @@ pub fn format(gpus: &[&GpuSample], format: PickFormat) -> String {
             .join(","),
         PickFormat::Uuid => gpus
             .iter()
-            .map(|g| crate::text::clean(&g.uuid))
+            .map(|g| device_id(g))
             .collect::<Vec<_>>()
             .join(","),
         PickFormat::Env => format!(
             "CUDA_VISIBLE_DEVICES={}",
             gpus.iter()
-                .map(|g| crate::text::clean(&g.uuid))
+                .map(|g| device_id(g))
                 .collect::<Vec<_>>()
                 .join(",")
         ),
+    }
+}
+
+/// The GPU's UUID for `CUDA_VISIBLE_DEVICES`, or its index when the UUID is not one (empty, or
+/// holding anything but letters, digits and `-`, as a crafted recording or scenario could):
+/// the output is pasted into shells (`export $(gpuwatch pick)`), so it must not word-split.
+fn device_id(g: &GpuSample) -> String {
+    let valid = !g.uuid.is_empty()
+        && g.uuid
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-');
+    if valid {
+        g.uuid.clone()
+    } else {
+        g.index.to_string()
     }
 }
 
@@ -114,6 +129,21 @@ mod tests {
             errors: vec![],
             collect_seconds: 0.0,
         }
+    }
+
+    #[test]
+    fn a_uuid_that_would_word_split_a_shell_is_replaced_by_the_index() {
+        let mut evil = gpu(3, 40, None);
+        evil.uuid = "GPU-x LD_PRELOAD=/tmp/x.so".into();
+        let mut empty = gpu(4, 40, None);
+        empty.uuid = String::new();
+        let fine = gpu(5, 40, None);
+        let picked = [&evil, &empty, &fine];
+        assert_eq!(
+            format(&picked, PickFormat::Env),
+            "CUDA_VISIBLE_DEVICES=3,4,GPU-5"
+        );
+        assert_eq!(format(&picked, PickFormat::Uuid), "3,4,GPU-5");
     }
 
     #[test]

@@ -348,7 +348,8 @@ pub fn describe(link: &Link, url: &str, now: Instant) -> (String, bool) {
             let clock = at.get(11..19).unwrap_or(&at).to_string();
             (
                 format!(
-                    "DISCONNECTED since {clock} UTC from {url}: {error}; retrying in {:.0}s",
+                    "DISCONNECTED since {clock} UTC from {url}: {}; retrying in {:.0}s",
+                    crate::text::clean(error),
                     retry_at.saturating_duration_since(now).as_secs_f64().ceil()
                 ),
                 true,

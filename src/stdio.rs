@@ -19,9 +19,10 @@ pub fn err(text: &str) {
 }
 
 /// Writes the formatted line (a newline appended) to stderr; see [`err`]. Used by
-/// [`crate::eprintln_safe!`].
+/// [`crate::eprintln_safe!`]. Log lines quote paths, store and sink errors, names: every one
+/// is shown through [`crate::text::clean_lines`] here, so no call site can forget it.
 pub fn err_line(args: std::fmt::Arguments<'_>) {
-    let mut line = args.to_string();
+    let mut line = crate::text::clean_lines(&args.to_string()).into_owned();
     line.push('\n');
     err(&line);
 }

@@ -64,7 +64,7 @@ impl CommandSink {
             .env("GPUWATCH_EVENT", event.kind())
             .env("GPUWATCH_RULE", f.id.rule.name())
             .env("GPUWATCH_SEVERITY", f.severity.to_string())
-            .env("GPUWATCH_GPU", &f.id.gpu)
+            .env("GPUWATCH_GPU", crate::text::clean(&f.id.gpu).as_ref())
             .env(
                 "GPUWATCH_GPU_INDEX",
                 opt(f.gpu_index.map(|i| i.to_string())),

@@ -85,7 +85,10 @@ fn header(state: &ClusterState, t: Theme) -> Line<'static> {
 
 fn status(state: &ClusterState, t: Theme) -> Line<'static> {
     if let Some(e) = &state.error {
-        return Line::from(Span::styled(format!("refresh failed: {e}"), t.bad()));
+        return Line::from(Span::styled(
+            format!("refresh failed: {}", crate::text::clean(e)),
+            t.bad(),
+        ));
     }
     if let Some(m) = &state.message {
         return Line::from(Span::styled(m.clone(), t.warn()));

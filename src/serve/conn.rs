@@ -104,7 +104,7 @@ fn bump(c: &AtomicU64) {
 struct Conn {
     /// Requests being handled now.
     busy: AtomicUsize,
-    /// It asked for the event stream (never idle again).
+    /// An event stream is open on it (set and cleared by [`StreamMark::hold`]'s guard).
     streaming: AtomicBool,
     /// Asked to close (to make room).
     evicted: AtomicBool,
@@ -118,6 +118,49 @@ impl Conn {
         self.busy.load(Ordering::Acquire) == 0
             && !self.streaming.load(Ordering::Acquire)
             && !self.evicted.load(Ordering::Acquire)
+    }
+}
+
+/// Handed to the event-stream handler (a request extension): the connection counts as
+/// streaming, and so is never evicted as idle, exactly while the stream's guard lives.
+#[derive(Debug, Clone)]
+pub struct StreamMark(Arc<Conn>);
+
+impl StreamMark {
+    /// Marks the connection as streaming until the guard is dropped (the stream ended,
+    /// lagged or was closed).
+    pub fn hold(&self) -> StreamHeld {
+        self.0.streaming.store(true, Ordering::Release);
+        StreamHeld(Arc::clone(&self.0))
+    }
+}
+
+/// See [`StreamMark::hold`].
+#[derive(Debug)]
+pub struct StreamHeld(Arc<Conn>);
+
+impl Drop for StreamHeld {
+    fn drop(&mut self) {
+        self.0.streaming.store(false, Ordering::Release);
+    }
+}
+
+/// Takes a connection out of the registry and the count when its task ends, however it ends
+/// (a panicking handler included).
+struct Registered {
+    registry: Arc<Mutex<Registry>>,
+    id: u64,
+    shared: Arc<Shared>,
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        self.registry
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .open
+            .remove(&self.id);
+        self.shared.http.connections.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -184,13 +227,12 @@ pub async fn serve(listener: TcpListener, app: Router, shared: Arc<Shared>) {
         let shared = Arc::clone(&shared);
         let registry = Arc::clone(&registry);
         tokio::spawn(async move {
-            serve_one(stream, app, &shared, &conn).await;
-            registry
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .open
-                .remove(&id);
-            shared.http.connections.fetch_sub(1, Ordering::Relaxed);
+            let registered = Registered {
+                registry,
+                id,
+                shared,
+            };
+            serve_one(stream, app, &registered.shared, &conn).await;
         });
         if evicted {
             // Let the evicted connection close (and free its descriptor) before the next
@@ -224,7 +266,7 @@ async fn serve_one(stream: TcpStream, app: Router, shared: &Arc<Shared>, conn: &
     let service = {
         let conn = Arc::clone(conn);
         let shared = Arc::clone(shared);
-        hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
+        hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
             let tower = tower.clone();
             let conn = Arc::clone(&conn);
             let shared = Arc::clone(&shared);
@@ -233,15 +275,12 @@ async fn serve_one(stream: TcpStream, app: Router, shared: &Arc<Shared>, conn: &
                 conn.served.store(true, Ordering::Release);
                 conn.busy.fetch_add(1, Ordering::AcqRel);
                 let _busy = Busy(&conn);
-                let answer = hyper::service::Service::call(&tower, req);
                 if streaming {
-                    let response = answer.await;
-                    // A stream that started is never idle again; a refused one is.
-                    if response.as_ref().is_ok_and(|r| r.status().is_success()) {
-                        conn.streaming.store(true, Ordering::Release);
-                    }
-                    return response;
+                    // The handler holds the mark for as long as its stream is open.
+                    req.extensions_mut().insert(StreamMark(Arc::clone(&conn)));
+                    return hyper::service::Service::call(&tower, req).await;
                 }
+                let answer = hyper::service::Service::call(&tower, req);
                 if let Ok(r) = tokio::time::timeout(limits.request_timeout, answer).await {
                     r
                 } else {

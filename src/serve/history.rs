@@ -166,13 +166,16 @@ pub async fn handler(
         Ok(q) => q,
         Err(e) => return error(StatusCode::BAD_REQUEST, &e),
     };
-    let Ok(_slot) = shared.history_slots.try_acquire() else {
+    // Owned and moved into the query: a request that times out gives up its answer, not the
+    // slot, so queries still running stay counted.
+    let Ok(slot) = std::sync::Arc::clone(&shared.history_slots).try_acquire_owned() else {
         return error(
             StatusCode::TOO_MANY_REQUESTS,
             "too many history queries at once; try again",
         );
     };
     let answer = tokio::task::spawn_blocking(move || {
+        let _slot = slot;
         let store = Store::open_read_only(&path).map_err(|e| e.to_string())?;
         store
             .series(&q)

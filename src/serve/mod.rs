@@ -138,7 +138,7 @@ pub struct Shared {
     pub events: broadcast::Sender<Event>,
     pub options: Options,
     /// History queries run on blocking threads; this bounds how many at once.
-    history_slots: tokio::sync::Semaphore,
+    history_slots: Arc<tokio::sync::Semaphore>,
     pub http: HttpStats,
 }
 
@@ -158,7 +158,7 @@ impl Shared {
             state: Mutex::new(Published::default()),
             events,
             options,
-            history_slots: tokio::sync::Semaphore::new(HISTORY_QUERIES_AT_ONCE),
+            history_slots: Arc::new(tokio::sync::Semaphore::new(HISTORY_QUERIES_AT_ONCE)),
             http: HttpStats::default(),
         })
     }
@@ -387,7 +387,11 @@ async fn health_handler(State(shared): State<Arc<Shared>>) -> Response {
     json_response(StatusCode::OK, body.to_string())
 }
 
-async fn events_handler(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
+async fn events_handler(
+    State(shared): State<Arc<Shared>>,
+    mark: Option<axum::Extension<conn::StreamMark>>,
+    headers: HeaderMap,
+) -> Response {
     if let Some(r) = reject(&shared, &headers) {
         return r;
     }
@@ -401,6 +405,9 @@ async fn events_handler(State(shared): State<Arc<Shared>>, headers: HeaderMap) -
             "too many event streams; try again later",
         );
     };
+    // The connection is not idle (evictable) while the stream is open, and is again after.
+    let held = mark.map(|axum::Extension(m)| m.hold());
+    let slot = (slot, held);
     let rx = shared.events.subscribe();
     // A new client gets the latest frame at once, then every frame and finding as they come.
     let first = {
@@ -420,7 +427,7 @@ async fn events_handler(State(shared): State<Arc<Shared>>, headers: HeaderMap) -
                 Ok(Event::Finding(json)) => Some((Ok(sse("finding", &json)), (None, rx, slot))),
                 // A client that fell behind by more than the queue is dropped, not buffered for.
                 Err(broadcast::error::RecvError::Lagged(_)) => {
-                    slot.0.http.dropped_lagged.fetch_add(1, Ordering::Relaxed);
+                    slot.0.0.http.dropped_lagged.fetch_add(1, Ordering::Relaxed);
                     None
                 }
                 Err(broadcast::error::RecvError::Closed) => None,

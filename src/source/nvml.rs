@@ -141,25 +141,23 @@ struct Identity {
 impl Identity {
     /// Takes what `newer` knows, keeping what it does not.
     fn update(&mut self, newer: &Identity) {
-        for (mine, theirs) in [
-            (&mut self.uuid, &newer.uuid),
-            (&mut self.name, &newer.name),
-            (&mut self.pci_bus_id, &newer.pci_bus_id),
-        ] {
-            if theirs.is_some() {
-                mine.clone_from(theirs);
-            }
-        }
+        self.merge(newer, true);
     }
 
     /// Takes what `other` knows and this does not.
     fn fill(&mut self, other: &Identity) {
+        self.merge(other, false);
+    }
+
+    /// Each field of `other` that is known replaces this one's: always (`overwrite`) or only
+    /// where this one is unknown.
+    fn merge(&mut self, other: &Identity, overwrite: bool) {
         for (mine, theirs) in [
             (&mut self.uuid, &other.uuid),
             (&mut self.name, &other.name),
             (&mut self.pci_bus_id, &other.pci_bus_id),
         ] {
-            if mine.is_none() {
+            if theirs.is_some() && (overwrite || mine.is_none()) {
                 mine.clone_from(theirs);
             }
         }

@@ -401,11 +401,6 @@ struct Stat {
     start_ticks: u64,
 }
 
-#[cfg(test)]
-fn read_stat(pid: u32) -> Option<Stat> {
-    read_stat_with(read_proc_line, pid).ok()
-}
-
 /// A file that reads but does not parse is a failure, not a gone process.
 fn unparsable(path: &str) -> std::io::Error {
     std::io::Error::new(
@@ -417,11 +412,6 @@ fn unparsable(path: &str) -> std::io::Error {
 fn read_stat_with(read: LineReader, pid: u32) -> std::io::Result<Stat> {
     let path = format!("/proc/{pid}/stat");
     parse_stat(&read(&path)?).ok_or_else(|| unparsable(&path))
-}
-
-#[cfg(test)]
-fn read_statm_rss(pid: u32) -> Option<u64> {
-    read_statm_rss_with(read_proc_line, pid).ok()
 }
 
 /// Resident pages from `/proc/PID/statm` (its second field), where `sysinfo` reads them: the
@@ -1013,8 +1003,10 @@ mod tests {
             Some(long)
         );
         assert!(read_proc_line("/proc/0/stat").is_err_and(|e| is_gone(&e)));
-        assert!(read_stat(std::process::id()).is_some());
-        assert!(read_statm_rss(std::process::id()).is_some_and(|pages| pages > 0));
+        assert!(read_stat_with(read_proc_line, std::process::id()).is_ok());
+        assert!(
+            read_statm_rss_with(read_proc_line, std::process::id()).is_ok_and(|pages| pages > 0)
+        );
     }
 
     #[test]

@@ -76,7 +76,8 @@ pub fn identify(conn: &Connection) -> rusqlite::Result<Identity> {
     let mut list = tables
         .iter()
         .take(5)
-        .cloned()
+        // Names from another program's file: bounded here, escaped where they are shown.
+        .map(|t| textlimit::excerpt(t, 64).into_owned())
         .collect::<Vec<_>>()
         .join(", ");
     if tables.len() > 5 {
@@ -119,9 +120,7 @@ pub enum LockError {
 
 /// The lock file of a history file: `<file>.lock`.
 pub fn lock_path(path: &Path) -> PathBuf {
-    let mut p = path.as_os_str().to_owned();
-    p.push(".lock");
-    PathBuf::from(p)
+    sidecar(path, ".lock")
 }
 
 /// Takes the writer's lock on `path` without waiting, and writes this process's PID in it.

@@ -362,7 +362,8 @@ pub fn render_tree(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Context
         };
         let text = format!(
             "{:>7} {mem_s:>9} {sm_s:>4}  {indent}{branch}{}{where_}",
-            row.pid, row.name
+            row.pid,
+            crate::text::clean(&row.name)
         );
         let mut style = if row.on_gpu { Style::new() } else { t.dim() };
         if gpus.first().is_some_and(|(_, p)| state.is_watched(p)) {

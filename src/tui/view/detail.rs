@@ -213,7 +213,7 @@ fn proc_lines(
     }
     for (k, v) in &d.env {
         lines.push(Line::from(vec![
-            Span::styled(format!("  {k}"), t.key()),
+            Span::styled(format!("  {}", crate::text::clean(k)), t.key()),
             Span::raw(format!("={}", crate::text::clean(v))),
         ]));
     }

@@ -118,7 +118,12 @@ pub fn findings(state: &UiState, mono: std::time::Instant) -> Vec<String> {
             continue;
         }
         for e in &g.errors {
-            out.push(format!("GPU {}: {} failed: {}", g.index, e.call, e.error));
+            out.push(format!(
+                "GPU {}: {} failed: {}",
+                g.index,
+                crate::text::clean(&e.call),
+                crate::text::clean(&e.error)
+            ));
         }
     }
     out

@@ -8,7 +8,7 @@
 //! 30 s, back to the start after a frame arrives) and publishes the link's state, which the
 //! dashboard shows as "disconnected since …".
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::BufReader;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime};
@@ -215,13 +215,18 @@ fn stream(
     let mut line = Vec::new();
     loop {
         line.clear();
-        let n = body
-            .by_ref()
-            .take(MAX_EVENT_BYTES as u64 + 1)
-            .read_until(b'\n', &mut line)
+        // Bounded: a longer line is an error, not split into a second "line" that the parser
+        // would read as a field of its own.
+        let (n, too_long) = textlimit::read_line(&mut body, &mut line, MAX_EVENT_BYTES)
             .map_err(|e| format!("the stream broke: {e}"))?;
         if n == 0 {
             return Err("the daemon closed the stream".into());
+        }
+        if too_long {
+            return Err(format!(
+                "the daemon sent a line longer than {}",
+                textlimit::size(MAX_EVENT_BYTES as u64)
+            ));
         }
         let text = String::from_utf8_lossy(&line);
         match parser.line(&text) {

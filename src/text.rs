@@ -117,8 +117,9 @@ fn push_escaped(out: &mut String, c: char) {
 }
 
 /// `text` for where `<…>` means markup: [`clean`], then `&`, `<` and `>` as `&amp;`, `&lt;`
-/// and `&gt;`. That is Slack's rule for a message's `text` (Mattermost reads it the same way),
-/// so a name like `<!channel>` or `<@U123>` is shown, not acted on; and what a desktop
+/// and `&gt;`. That is Slack's rule for a message's `text`, so a name like `<!channel>` or
+/// `<@U123>` is shown, not acted on (Mattermost's plain `@channel` and markdown are not
+/// neutralised by this); and what a desktop
 /// notification's body needs (its `<a href>`, `<img>` markup).
 pub fn for_markup(text: &str) -> Cow<'_, str> {
     let text = clean(text);

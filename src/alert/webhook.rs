@@ -2,8 +2,9 @@
 //! incoming webhooks show it as a message.
 //!
 //! Body: `{"text": "<one line>", "event": "opened", "finding": {...}, "at": <unix>}`. The
-//! `text` is escaped for Slack and Mattermost (`&`, `<`, `>`; control characters shown
-//! escaped), so a process named `<!channel>` pings nobody; `finding` keeps the raw texts. A
+//! `text` is escaped by Slack's rule (`&`, `<`, `>`; control characters shown escaped), so a
+//! process named `<!channel>` pings nobody on Slack; `finding` keeps the raw texts. Mattermost
+//! also reads plain `@channel`/`@here` and markdown, which this does not neutralise. A
 //! transport error, a timeout or a non-2xx status is a failed attempt; failed attempts are
 //! retried with exponential backoff (1 s, 2 s, 4 s, … by default).
 

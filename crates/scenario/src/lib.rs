@@ -616,6 +616,13 @@ impl Scenario {
                     "gpu {i}: memory_reserved is larger than memory_total"
                 ));
             }
+            if let Some(w) = gpu.present
+                && (!w.from.is_finite() || w.until.is_some_and(|u| u.is_nan() || u <= w.from))
+            {
+                return Err(format!(
+                    "gpu {i}: present = {{ from, until }} needs a finite from and an until after it"
+                ));
+            }
             let mut seen = BTreeSet::new();
             for p in &gpu.processes {
                 if !seen.insert(p.pid) {
@@ -694,6 +701,28 @@ end = 20
         let err = Scenario::parse("[[gpu]]\nmemory_total = 1\nfaults.not_supported = [\"fly\"]\n")
             .unwrap_err();
         assert!(err.to_string().contains("fly"), "{err}");
+    }
+
+    #[test]
+    fn a_present_window_that_never_opens_is_an_error() {
+        for w in [
+            "{ from = 5, until = 5 }",
+            "{ from = 5, until = 2 }",
+            "{ from = nan }",
+            "{ from = 1, until = nan }",
+        ] {
+            let err = Scenario::parse(&format!(
+                "[[gpu]]\nmemory_total = \"1GiB\"\npresent = {w}\n"
+            ))
+            .unwrap_err();
+            assert!(err.to_string().contains("present"), "{w}: {err}");
+        }
+        assert!(
+            Scenario::parse(
+                "[[gpu]]\nmemory_total = \"1GiB\"\npresent = { from = 2, until = 9 }\n"
+            )
+            .is_ok()
+        );
     }
 
     #[test]

@@ -593,3 +593,20 @@ fn running_without_a_command_shows_the_live_table_until_interrupted() {
     let out = child.wait_with_output().expect("exits");
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
 }
+
+/// `export $(gpuwatch pick)` is what users paste: a UUID the driver (here the NVML double)
+/// reports with a space and `=` in it must not add a variable to their shell; pick prints that
+/// GPU's index instead, and a well-formed UUID as it is.
+#[test]
+fn pick_never_prints_a_uuid_that_would_word_split_a_shell() {
+    let sc = ScenarioFile::new(
+        "[[gpu]]\nmemory_total = \"80GiB\"\nuuid = \"GPU-x LD_PRELOAD=/tmp/x.so\"\n\
+         [[gpu]]\nmemory_total = \"80GiB\"\nuuid = \"GPU-5ce1a7e0-0000-4000-8000-000000000001\"\n",
+    );
+    let o = gpuwatch_on(&sc, &["pick", "--count", "2"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o).trim(),
+        "CUDA_VISIBLE_DEVICES=0,GPU-5ce1a7e0-0000-4000-8000-000000000001"
+    );
+}

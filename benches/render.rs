@@ -44,8 +44,12 @@ fn bench(c: &mut Criterion) {
     let src = ScriptedSource::new(Scenario::parse(&scenario(8, 200)).expect("valid"), "bench");
     let info = Arc::new(src.info());
     let mut st = UiState::new(
-        WatchSet::new(Vec::new(), Some("user1".into())),
-        Duration::from_mins(10),
+        gpuwatch::analysis::Analyzer::new(
+            gpuwatch::detect::Rules::default(),
+            Duration::from_mins(10),
+            gpuwatch::analysis::Detail::Full,
+            WatchSet::new(Vec::new(), Some("user1".into())),
+        ),
         false,
     );
     let now = 1_795_953_600.0;

@@ -44,8 +44,12 @@ fn main() {
     let src = ScriptedSource::demo().expect("the demo parses");
     let info = Arc::new(src.info());
     let mut st = UiState::new(
-        WatchSet::new(Vec::new(), Some("alice".into())),
-        Duration::from_mins(10),
+        gpuwatch::analysis::Analyzer::new(
+            gpuwatch::detect::Rules::default(),
+            Duration::from_mins(10),
+            gpuwatch::analysis::Detail::Full,
+            WatchSet::new(Vec::new(), Some("alice".into())),
+        ),
         false,
     );
     let now = 1_795_953_600.0;

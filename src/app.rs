@@ -615,6 +615,8 @@ fn connect_dashboard(config: &Config, url: &str, token: Option<String>) -> Resul
         color: config.display.color != ColorChoice::Never,
         read_only: true,
         history_window: config.history.window,
+        rules: config.detect.clone(),
+        alerts: config.alerts.clone(),
     };
     let no_call = || None;
     crate::tui::run_feed(
@@ -710,6 +712,8 @@ fn dashboard(g: &GlobalArgs, config: &Config) -> Result<u8> {
         color: config.display.color != ColorChoice::Never,
         read_only: g.read_only,
         history_window: config.history.window,
+        rules: config.detect.clone(),
+        alerts: config.alerts.clone(),
     };
     crate::tui::run(&sampler, watch, &options)
         .map_err(|e| Failure::runtime(format!("the dashboard failed: {e}")))?;
@@ -1069,18 +1073,21 @@ fn start_run_monitor(sampler: &Sampler, config: &Config, child: u32) -> Result<R
     // Only frames taken after the job started.
     frames.borrow_and_update();
     let watch = WatchSet::new(vec![crate::watch::WatchSpec::Pid(child)], None);
-    let window = config.history.window;
-    let rules = config.detect.clone();
+    let mut analyzer = crate::analysis::Analyzer::new(
+        config.detect.clone(),
+        config.history.window,
+        crate::analysis::Detail::Full,
+        watch,
+    );
+    // The findings go to the configured sinks as the daemon's and the dashboard's do (the
+    // `log` sink's lines on stderr, beside the job's own output).
+    let alerts = crate::alert::Alerts::start(&config.alerts).map_err(Failure::setup)?;
     let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
     let started = now_secs();
     let thread = std::thread::Builder::new()
         .name("gpuwatch-run-monitor".into())
         .spawn(move || {
-            let mut record = crate::run::monitor::RunRecord::new(
-                started,
-                window,
-                crate::detect::Detector::new(rules),
-            );
+            let mut record = crate::run::monitor::RunRecord::new(started);
             let Ok(rt) = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
@@ -1097,13 +1104,18 @@ fn start_run_monitor(sampler: &Sampler, config: &Config, child: u32) -> Result<R
                             }
                             let frame = frames.borrow_and_update().clone();
                             if let Some(frame) = frame {
-                                let job = watch.pids_in(&frame.sample, &crate::source::procinfo::read_ppid);
-                                record.observe(&frame, &job);
+                                let analysis = analyzer.push(&frame);
+                                for event in &analysis.events {
+                                    alerts.send(event);
+                                }
+                                record.observe(&analysis);
                             }
                         }
                     }
                 }
             });
+            drop(rt);
+            alerts.shutdown(std::time::Duration::from_secs(2));
             record
         })
         .map_err(|e| Failure::runtime(format!("cannot start the monitor thread: {e}")))?;

@@ -12,9 +12,7 @@ use tokio::signal::unix::{SignalKind, signal};
 
 use crate::alert::Alerts;
 use crate::config::Config;
-use crate::detect::Detector;
-use crate::history::History;
-use crate::model::ProcSample;
+use crate::analysis::{Analysis, Analyzer, Detail};
 use crate::sampler::Sampler;
 use crate::serve::{Options, Shared};
 use crate::text::clean;
@@ -138,8 +136,12 @@ async fn pipeline(
     let mut sighup = signal(SignalKind::hangup()).map_err(|e| e.to_string())?;
     let mut frames = sampler.frames();
     // Compact: the daemon's memory is mostly this history (8 GPUs × 64 processes × 10 min).
-    let mut history = crate::detect::compact_history(config.history.window, &config.detect);
-    let mut detector = Detector::new(config.detect.clone());
+    let mut analyzer = Analyzer::new(
+        config.detect.clone(),
+        config.history.window,
+        Detail::Compact,
+        watch.clone(),
+    );
     let interval = config.sampling.interval;
     // Staleness is judged on a tick, since a stuck source sends no frame to judge it by.
     let stale_after = interval * 3 + Duration::from_secs(1);
@@ -150,8 +152,6 @@ async fn pipeline(
         std::collections::HashMap::new();
     let mut source_open = true;
     let mut proc_errors = (0u64, std::time::Instant::now());
-    // "Mine", decided once per frame: the rules and the server ask many times per process.
-    let mut mine = std::collections::HashSet::new();
     loop {
         let events = tokio::select! {
             biased;
@@ -168,17 +168,14 @@ async fn pipeline(
                     continue;
                 }
                 let Some(frame) = frames.borrow_and_update().clone() else { continue };
-                history.push(&frame.sample);
                 if let Some(store) = store.as_deref_mut() {
                     record(store, &frame.sample, &mut last_store_error);
                 }
-                mine = watch.pids_in(&frame.sample, &crate::source::procinfo::read_ppid);
-                let watched = |p: &ProcSample| mine.contains(&p.pid);
-                let events = detector.step(&history, &frame.sample, frame.sample.taken_at, None, &watched);
-                publish(shared, sampler, &frame, &history, &detector, config, &watched);
+                let analysis = analyzer.push(&frame);
+                publish(shared, sampler, &analysis);
                 shared.publish_frame(&frame);
                 latest = Some(frame);
-                events
+                analysis.events
             },
             _ = tick.tick() => {
                 // The calls the sampler is in: named by /metrics and /api/v1/health even
@@ -202,10 +199,9 @@ async fn pipeline(
                 match &latest {
                     Some(frame) if frame.age() > stale_after => {
                         let now = frame.sample.taken_at + frame.age().as_secs_f64();
-                        let watched = |p: &ProcSample| mine.contains(&p.pid);
-                        let events = detector.step(&history, &frame.sample, now, Some(stale_after), &watched);
+                        let events = analyzer.tick(frame, now, stale_after);
                         if !events.is_empty() {
-                            let open = detector.open().into_iter().cloned().collect();
+                            let open = analyzer.open().into_iter().cloned().collect();
                             shared.update(|s| s.findings = open);
                         }
                         events
@@ -276,40 +272,22 @@ fn report_proc_errors(last: &mut (u64, std::time::Instant)) {
 
 /// Hands the server what it reads: the latest frame, the watched PIDs, the open findings, the
 /// growth per GPU and the failed calls so far.
-fn publish(
-    shared: &Shared,
-    sampler: &Sampler,
-    frame: &Arc<crate::model::Frame>,
-    history: &History,
-    detector: &Detector,
-    config: &Config,
-    watched: &dyn Fn(&ProcSample) -> bool,
-) {
-    let over = config.detect.filling_window;
+fn publish(shared: &Shared, sampler: &Sampler, analysis: &Analysis) {
+    let frame = &analysis.frame;
     let pids = frame
         .sample
         .gpus
         .iter()
         .flat_map(|g| g.processes.iter())
-        .filter(|p| watched(p))
+        .filter(|p| analysis.is_mine(p))
         .map(|p| p.pid)
         .collect();
-    let growth = frame
-        .sample
+    let growth = analysis
         .gpus
         .iter()
-        .filter_map(|g| {
-            let h = history.gpu(&g.uuid)?;
-            Some((
-                g.uuid.clone(),
-                (
-                    h.growth_bytes_per_s(over),
-                    h.time_to_full(over).map(|d| d.as_secs_f64()),
-                ),
-            ))
-        })
+        .map(|g| (g.uuid.clone(), (g.growth_bytes_per_s, g.time_to_full_s)))
         .collect();
-    let findings = detector.open().into_iter().cloned().collect();
+    let findings = analysis.findings.clone();
     let in_flight = sampler.in_flight_all();
     shared.update(|s| {
         let errors = frame

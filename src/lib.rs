@@ -6,6 +6,7 @@
 #![deny(clippy::disallowed_macros)]
 
 pub mod alert;
+pub mod analysis;
 pub mod app;
 pub mod cli;
 pub mod cluster;

@@ -35,8 +35,12 @@ fn fed_as(
     steps: usize,
 ) -> (UiState, Instant) {
     let mut st = UiState::new(
-        WatchSet::new(Vec::new(), Some(me.to_string())),
-        Duration::from_mins(10),
+        gpuwatch::analysis::Analyzer::new(
+            gpuwatch::detect::Rules::default(),
+            Duration::from_mins(10),
+            gpuwatch::analysis::Detail::Full,
+            WatchSet::new(Vec::new(), Some(me.to_string())),
+        ),
         false,
     );
     let mut info = source.info();
@@ -301,8 +305,12 @@ fn read_only_refuses_to_signal() {
     let src = demo();
     let info = Arc::new(src.info());
     let mut st = UiState::new(
-        WatchSet::new(Vec::new(), None),
-        Duration::from_mins(10),
+        gpuwatch::analysis::Analyzer::new(
+            gpuwatch::detect::Rules::default(),
+            Duration::from_mins(10),
+            gpuwatch::analysis::Detail::Full,
+            WatchSet::new(Vec::new(), None),
+        ),
         true,
     );
     st.on_frame(Arc::new(Frame {

@@ -26,8 +26,12 @@ fn frame(src: &ScriptedSource, seq: u64, t: f64, kind: SourceKind) -> Arc<Frame>
 fn demo_state(kind: SourceKind) -> (UiState, ScriptedSource) {
     let src = ScriptedSource::demo().expect("demo");
     let mut st = UiState::new(
-        WatchSet::new(Vec::new(), Some("alice".into())),
-        Duration::from_mins(10),
+        gpuwatch::analysis::Analyzer::new(
+            gpuwatch::detect::Rules::default(),
+            Duration::from_mins(10),
+            gpuwatch::analysis::Detail::Full,
+            WatchSet::new(Vec::new(), Some("alice".into())),
+        ),
         false,
     );
     st.update(Command::Resize(120, 40));
@@ -238,8 +242,12 @@ fn views_open_and_close() {
 fn findings_reach_the_state_and_a_critical_one_rings_the_bell() {
     let src = ScriptedSource::demo().expect("demo");
     let mut st = UiState::new(
-        WatchSet::new(Vec::new(), Some("alice".into())),
-        Duration::from_mins(10),
+        gpuwatch::analysis::Analyzer::new(
+            gpuwatch::detect::Rules::default(),
+            Duration::from_mins(10),
+            gpuwatch::analysis::Detail::Full,
+            WatchSet::new(Vec::new(), Some("alice".into())),
+        ),
         false,
     );
     // A minute of the demo before its start: bob's job arrives on GPU 3 and fills it.
@@ -251,11 +259,13 @@ fn findings_reach_the_state_and_a_critical_one_rings_the_bell() {
             SourceKind::Demo,
         ));
     }
-    let open: Vec<_> = st.detector.open().into_iter().map(|f| f.id.rule).collect();
+    let open: Vec<_> = st.analyzer.open().into_iter().map(|f| f.id.rule).collect();
     assert!(
         open.contains(&gpuwatch::detect::RuleKind::ExternalPressure),
         "{open:?}"
     );
-    assert!(st.bell, "a critical finding opened");
-    assert!(!st.pending_events.is_empty(), "events wait for the sinks");
+    assert!(st.take_bell(), "a critical finding opened");
+    assert!(!st.take_bell(), "the bell rings once");
+    assert!(!st.take_events().is_empty(), "events wait for the sinks");
+    assert!(st.take_events().is_empty(), "taken events do not accumulate");
 }

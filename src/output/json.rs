@@ -150,15 +150,8 @@ fn errors(list: &[crate::model::CallError]) -> Vec<Error> {
 
 /// The memory of watched processes and everything else (`None` when a process is n/a).
 pub fn split_mine(gpu: &GpuSample, watched: WatchedFn<'_>) -> Option<(u64, u64)> {
-    if gpu.processes_unavailable {
-        return None;
-    }
-    let used = gpu.memory?.used;
-    let mut mine = 0u64;
-    for p in gpu.processes.iter().filter(|p| watched(p)) {
-        mine = mine.saturating_add(p.used_bytes?);
-    }
-    Some((mine, used.saturating_sub(mine)))
+    let s = crate::analysis::MemSplit::of(gpu, watched)?;
+    Some((s.mine?, s.external?))
 }
 
 fn process(p: &ProcSample, now_unix: u64, watched: WatchedFn<'_>) -> Process {

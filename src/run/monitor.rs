@@ -6,12 +6,12 @@
 //! Pure: it is fed frames and the job's PIDs for each frame; the caller decides where frames
 //! come from.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use crate::detect::{Detector, Finding, FindingEvent};
-use crate::history::History;
-use crate::model::{Frame, GpuSample, ProcSample};
+use crate::analysis::Analysis;
+use crate::detect::{Finding, FindingEvent};
+use crate::model::{Frame, GpuSample};
 
 /// At most this many timeline points per GPU; beyond, neighbours merge (keeping maxima).
 pub const TIMELINE_POINTS: usize = 2048;
@@ -108,16 +108,10 @@ pub struct RunRecord {
     /// The latest frame.
     pub latest: Option<Arc<Frame>>,
     pub frames: u64,
-    history: History,
-    detector: Detector,
-}
-
-fn proc_bytes(p: &ProcSample) -> u64 {
-    p.used_bytes.unwrap_or(0)
 }
 
 impl RunRecord {
-    pub fn new(started: f64, history_window: std::time::Duration, detector: Detector) -> Self {
+    pub fn new(started: f64) -> Self {
         Self {
             started,
             gpus: BTreeMap::new(),
@@ -126,21 +120,20 @@ impl RunRecord {
             last_with_job: None,
             latest: None,
             frames: 0,
-            history: History::new(history_window),
-            detector,
         }
     }
 
-    /// Takes one frame; `job` are the PIDs of the job's tree in it.
-    pub fn observe(&mut self, frame: &Arc<Frame>, job: &HashSet<u32>) {
+    /// Takes the analysis of one frame, whose watched set ("mine") is the job's tree. A GPU
+    /// whose split is unknown (a process of the job, or of someone else, without a memory
+    /// figure) adds nothing to the peaks or the timeline: an unknown value is never counted
+    /// as zero.
+    pub fn observe(&mut self, analysis: &Analysis) {
+        let frame = &analysis.frame;
         self.frames += 1;
         let t = frame.sample.taken_at;
         let mut job_here = false;
-        for g in &frame.sample.gpus {
-            let Some(mem) = g.memory else { continue };
-            let (job_bytes, holders) = split(g, job);
-            job_here |= job_bytes > 0;
-            let external = mem.used.saturating_sub(job_bytes);
+        for (g, a) in frame.sample.gpus.iter().zip(&analysis.gpus) {
+            let Some(split) = a.split else { continue };
             let run = self.gpus.entry(g.uuid.clone()).or_insert_with(|| GpuRun {
                 index: g.index,
                 uuid: g.uuid.clone(),
@@ -148,7 +141,11 @@ impl RunRecord {
             });
             run.index = g.index;
             run.name.clone_from(&g.name);
-            run.total = Some(mem.total);
+            run.total = Some(split.total);
+            let (Some(job_bytes), Some(external)) = (split.mine, split.external) else {
+                continue;
+            };
+            job_here |= job_bytes > 0;
             if job_bytes > 0 && run.job_peak.is_none_or(|(b, _)| job_bytes > b) {
                 run.job_peak = Some((job_bytes, t));
             }
@@ -157,6 +154,7 @@ impl RunRecord {
                 .as_ref()
                 .is_none_or(|(b, ..)| external > *b)
             {
+                let holders = holders(g, analysis);
                 let named: u64 = holders.iter().map(|h| h.bytes).sum();
                 run.external_peak = Some((external, t, holders, external.saturating_sub(named)));
             }
@@ -164,11 +162,11 @@ impl RunRecord {
                 t,
                 job: job_bytes,
                 external,
-                total: mem.total,
+                total: split.total,
             });
         }
         for p in frame.sample.gpus.iter().flat_map(|g| &g.processes) {
-            if job.contains(&p.pid) {
+            if analysis.is_mine(p) {
                 self.job_pids.insert(p.pid);
             }
         }
@@ -177,16 +175,11 @@ impl RunRecord {
         }
         self.latest = Some(Arc::clone(frame));
         // Growth: the detector's findings on the GPUs the job uses.
-        self.history.push(&frame.sample);
-        let watched = |p: &ProcSample| job.contains(&p.pid);
-        let events = self
-            .detector
-            .step(&self.history, &frame.sample, t, None, &watched);
-        for e in events {
+        for e in &analysis.events {
             if let FindingEvent::Opened(f) | FindingEvent::Updated(f) = e {
                 match self.findings.iter_mut().find(|o| o.id == f.id) {
-                    Some(o) => *o = f,
-                    None => self.findings.push(f),
+                    Some(o) => o.clone_from(f),
+                    None => self.findings.push(f.clone()),
                 }
             }
         }
@@ -200,30 +193,31 @@ impl RunRecord {
     }
 }
 
-/// The job's bytes on this GPU, and the other processes holding memory, largest first.
-fn split(g: &GpuSample, job: &HashSet<u32>) -> (u64, Vec<Holder>) {
-    let mut job_bytes = 0u64;
-    let mut holders = Vec::new();
-    for p in &g.processes {
-        if job.contains(&p.pid) {
-            job_bytes = job_bytes.saturating_add(proc_bytes(p));
-        } else if proc_bytes(p) > 0 {
-            holders.push(Holder {
+/// The other processes holding memory on this GPU (with a known figure), largest first.
+fn holders(g: &GpuSample, analysis: &Analysis) -> Vec<Holder> {
+    let mut holders: Vec<Holder> = g
+        .processes
+        .iter()
+        .filter(|p| !analysis.is_mine(p))
+        .filter_map(|p| {
+            let bytes = p.used_bytes.filter(|&b| b > 0)?;
+            Some(Holder {
                 pid: p.pid,
-                bytes: proc_bytes(p),
+                bytes,
                 user: p.host.user.clone(),
                 command: p.host.command.clone().or_else(|| p.host.name.clone()),
-            });
-        }
-    }
+            })
+        })
+        .collect();
     holders.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.pid.cmp(&b.pid)));
-    (job_bytes, holders)
+    holders
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Memory, ProcKind};
+    use crate::model::{Memory, ProcKind, ProcSample};
+    use std::collections::HashSet;
     use std::time::Duration;
 
     const GIB: u64 = 1 << 30;
@@ -273,27 +267,46 @@ mod tests {
         )
     }
 
-    fn record() -> RunRecord {
-        RunRecord::new(
-            1000.0,
-            Duration::from_mins(10),
-            Detector::new(crate::detect::Rules::default()),
+    /// A record and the analyzer that feeds it, watching `job`'s PIDs.
+    struct Run(RunRecord, crate::analysis::Analyzer);
+
+    impl Run {
+        fn observe(&mut self, frame: &Arc<Frame>, _job: &HashSet<u32>) {
+            let analysis = self.1.push(frame);
+            self.0.observe(&analysis);
+        }
+    }
+
+    fn record_of(job: &[u32]) -> Run {
+        let watch = crate::watch::WatchSet::new(
+            job.iter().map(|&p| crate::watch::WatchSpec::Pid(p)).collect(),
+            None,
+        );
+        Run(
+            RunRecord::new(1000.0),
+            crate::analysis::Analyzer::new(
+                crate::detect::Rules::default(),
+                Duration::from_mins(10),
+                crate::analysis::Detail::Full,
+                watch,
+            )
+            .with_parents(crate::analysis::Parents::Reported),
         )
     }
 
     #[test]
     fn peaks_and_holders_are_kept_per_gpu() {
-        let mut r = record();
         let job: HashSet<u32> = [10, 11].into_iter().collect();
+        let mut run = record_of(&[10, 11]);
         // GPU 0: the job (two ranks) grows; pid 20 comes and takes 30 GiB, then leaves.
-        r.observe(
+        run.observe(
             &frame(
                 1000.0,
                 vec![(5 * GIB, vec![proc(10, 4 * GIB)]), (0, vec![])],
             ),
             &job,
         );
-        r.observe(
+        run.observe(
             &frame(
                 1001.0,
                 vec![
@@ -306,14 +319,15 @@ mod tests {
             ),
             &job,
         );
-        r.observe(
+        run.observe(
             &frame(
                 1002.0,
                 vec![(20 * GIB, vec![proc(10, 19 * GIB)]), (0, vec![])],
             ),
             &job,
         );
-        r.observe(&frame(1003.0, vec![(GIB, vec![]), (0, vec![])]), &job);
+        run.observe(&frame(1003.0, vec![(GIB, vec![]), (0, vec![])]), &job);
+        let r = &run.0;
         let g0 = &r.gpus["GPU-0"];
         assert_eq!(g0.job_peak, Some((19 * GIB, 1002.0)));
         let (ext, at, holders, unattributed) = g0.external_peak.clone().unwrap();
@@ -333,18 +347,18 @@ mod tests {
 
     #[test]
     fn the_timeline_stays_bounded_and_keeps_its_peaks() {
-        let mut r = record();
         let job: HashSet<u32> = [10].into_iter().collect();
+        let mut run = record_of(&[10]);
         let n = TIMELINE_POINTS * 5;
         for k in 0..n {
             // One spike in the middle.
             let bytes = if k == n / 2 { 70 * GIB } else { GIB };
-            r.observe(
+            run.observe(
                 &frame(1000.0 + k as f64, vec![(bytes, vec![proc(10, bytes)])]),
                 &job,
             );
         }
-        let g = &r.gpus["GPU-0"];
+        let g = &run.0.gpus["GPU-0"];
         assert!(g.timeline.len() <= TIMELINE_POINTS, "{}", g.timeline.len());
         assert!(g.timeline.len() > TIMELINE_POINTS / 4);
         assert_eq!(g.timeline.iter().map(|p| p.job).max(), Some(70 * GIB));

@@ -17,6 +17,7 @@ use crossterm::event::{Event, KeyEventKind, MouseButton, MouseEventKind};
 use ratatui::Terminal;
 use ratatui::backend::CrosstermBackend;
 
+use crate::alert::Alerts;
 use crate::sampler::{FrameRx, Sampler};
 use crate::signal::Sig;
 use crate::source::procdetail;
@@ -31,6 +32,11 @@ pub struct TuiOptions {
     pub color: bool,
     pub read_only: bool,
     pub history_window: Duration,
+    /// The detector's thresholds (the configuration's `[detect]`).
+    pub rules: crate::detect::Rules,
+    /// Where findings go besides the screen (the configuration's `[alerts]`). The `log` sink
+    /// writes to the log file (`--log-file`), never to the terminal the dashboard draws on.
+    pub alerts: crate::alert::AlertOptions,
 }
 
 /// Maps a terminal event to a command.
@@ -204,7 +210,18 @@ async fn run_loop(feed: Feed<'_>, watch: WatchSet, options: &TuiOptions) -> std:
         Terminal::new(CrosstermBackend::new(std::io::stdout()))?;
     term.clear()?;
     let theme = Theme::new(options.color);
-    let mut state = UiState::new(watch, options.history_window, options.read_only);
+    let mut analyzer = crate::analysis::Analyzer::new(
+        options.rules.clone(),
+        options.history_window,
+        crate::analysis::Detail::Full,
+        watch,
+    );
+    if feed.link.is_some() {
+        analyzer = analyzer.remote();
+    }
+    let mut state = UiState::new(analyzer, options.read_only);
+    let alerts = Alerts::start(&dashboard_sinks(&options.alerts))
+        .map_err(std::io::Error::other)?;
     let size = term.size()?;
     state.size = (size.width, size.height);
 
@@ -292,6 +309,7 @@ async fn run_loop(feed: Feed<'_>, watch: WatchSet, options: &TuiOptions) -> std:
                 Effect::None
             },
         };
+        deliver(&mut state, &alerts, term.backend_mut())?;
         if effect == Effect::Quit {
             break;
         }
@@ -299,5 +317,48 @@ async fn run_loop(feed: Feed<'_>, watch: WatchSet, options: &TuiOptions) -> std:
     }
     drop(term);
     drop(guard);
+    for s in alerts.shutdown(Duration::from_secs(2)) {
+        if s.dropped > 0 || s.failed > 0 {
+            tracing::warn!(
+                sink = s.name,
+                delivered = s.delivered,
+                failed = s.failed,
+                dropped = s.dropped,
+                "alert sink"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The sinks the dashboard runs: the configured ones, except that the `log` sink's lines go to
+/// the log file (through [`deliver`]), never to the terminal the dashboard draws on.
+fn dashboard_sinks(configured: &crate::alert::AlertOptions) -> crate::alert::AlertOptions {
+    crate::alert::AlertOptions {
+        log: false,
+        ..configured.clone()
+    }
+}
+
+/// Hands the findings of the latest frames to the sinks (each behind its own bounded queue:
+/// this never waits on one), logs them (`--log-file`), and rings the bell once for a critical
+/// finding that opened.
+fn deliver(
+    state: &mut UiState,
+    alerts: &Alerts,
+    out: &mut impl std::io::Write,
+) -> std::io::Result<()> {
+    for event in state.take_events() {
+        let line = crate::text::clean(&crate::alert::event_line(&event)).into_owned();
+        match event.finding().severity {
+            crate::detect::Severity::Critical => tracing::warn!("{line}"),
+            _ => tracing::info!("{line}"),
+        }
+        alerts.send(&event);
+    }
+    if state.take_bell() {
+        out.write_all(b"\x07")?;
+        out.flush()?;
+    }
     Ok(())
 }

@@ -5,17 +5,17 @@
 //! view), whose result comes back as another command. Rendering reads the state and never
 //! changes it.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::detect::{Detector, FindingEvent, Rules};
+use crate::analysis::{Analysis, Analyzer};
+use crate::detect::FindingEvent;
 use crate::history::{History, ProcKey};
 use crate::model::{Frame, GpuSample, ProcSample};
 use crate::signal::Sig;
 use crate::source::InFlight;
 use crate::source::procdetail::{ProcDetail, TreeRow};
-use crate::watch::WatchSet;
 
 /// Columns the table can be sorted by, in the order `s` cycles through them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -188,7 +188,11 @@ pub struct UiState {
     /// Frame on screen (the latest unless paused).
     pub shown: Option<Arc<Frame>>,
     pub paused: bool,
-    pub history: History,
+    /// History, detector and watched set: the pipeline's analysis stage, fed every frame
+    /// (paused or not).
+    pub analyzer: Analyzer,
+    /// The analysis of the frame on screen.
+    pub analysis: Option<Analysis>,
     pub derived: HashMap<ProcKey, Derived>,
     pub view: View,
     pub help: bool,
@@ -206,11 +210,6 @@ pub struct UiState {
     pub selected_key: Option<(String, u32)>,
     /// First visible row.
     pub offset: usize,
-    pub watch: WatchSet,
-    pub extra_pids: BTreeSet<u32>,
-    pub extra_users: BTreeSet<String>,
-    /// PIDs of the shown frame that are "mine".
-    watched: std::collections::HashSet<u32>,
     pub read_only: bool,
     pub kill: Option<KillPrompt>,
     pub detail: Option<ProcDetail>,
@@ -222,24 +221,26 @@ pub struct UiState {
     pub size: (u16, u16),
     /// The call the sampler is stuck in, refreshed on each tick.
     pub in_flight: Option<InFlight>,
-    /// The detector, fed every frame (paused or not).
-    pub detector: Detector,
-    /// Finding events not yet handed to the alert sinks (the loop drains them).
-    pub pending_events: Vec<FindingEvent>,
-    /// A critical finding opened: ring the terminal bell once.
-    pub bell: bool,
+    /// Finding events of the latest frame, not yet handed to the alert sinks: the loop takes
+    /// them ([`UiState::take_events`]) after every frame.
+    pending_events: Vec<FindingEvent>,
+    /// A critical finding opened: the loop rings the terminal bell once ([`UiState::take_bell`]).
+    bell: bool,
     pub quit: bool,
     /// With `--connect`: the daemon's URL and the state of the link to it.
     pub link: Option<(String, crate::remote::Link)>,
 }
 
 impl UiState {
-    pub fn new(watch: WatchSet, history_window: Duration, read_only: bool) -> Self {
+    /// The state of a dashboard over `analyzer` (built from the configuration's `[detect]`
+    /// and watch set).
+    pub fn new(analyzer: Analyzer, read_only: bool) -> Self {
         Self {
             latest: None,
             shown: None,
             paused: false,
-            history: History::new(history_window),
+            analyzer,
+            analysis: None,
             derived: HashMap::new(),
             view: View::Table,
             help: false,
@@ -252,10 +253,6 @@ impl UiState {
             selected: 0,
             selected_key: None,
             offset: 0,
-            watch,
-            extra_pids: BTreeSet::new(),
-            extra_users: BTreeSet::new(),
-            watched: std::collections::HashSet::new(),
             read_only,
             kill: None,
             detail: None,
@@ -265,7 +262,6 @@ impl UiState {
             message: None,
             size: (80, 24),
             in_flight: None,
-            detector: Detector::new(Rules::default()),
             pending_events: Vec::new(),
             bell: false,
             quit: false,
@@ -298,41 +294,28 @@ impl UiState {
     /// Whether a process is "mine" (decided when the frame arrived or the watch set changed,
     /// so drawing never walks `/proc` for `pid:N` specs).
     pub fn is_watched(&self, p: &ProcSample) -> bool {
-        self.watched.contains(&p.pid)
+        self.analysis.as_ref().is_some_and(|a| a.is_mine(p))
     }
 
-    /// The configured watch set or a process or user marked with `w`/`W`.
-    fn watched_pids(&self, sample: &crate::model::Sample) -> std::collections::HashSet<u32> {
-        // A remote host's parents come from its own report, not from this host's `/proc`.
-        let remote_parent = |pid: u32| sample.reported_ppid(pid);
-        let remote = self.link.is_some();
-        let parent_of: &dyn Fn(u32) -> Option<u32> = if remote {
-            &remote_parent
-        } else {
-            &crate::source::procinfo::read_ppid
-        };
-        let mut pids = self.watch.pids_in(sample, parent_of);
-        pids.extend(
-            sample
-                .gpus
-                .iter()
-                .flat_map(|g| &g.processes)
-                .filter(|p| {
-                    self.extra_pids.contains(&p.pid)
-                        || p.host
-                            .user
-                            .as_ref()
-                            .is_some_and(|u| self.extra_users.contains(u))
-                })
-                .map(|p| p.pid),
-        );
-        pids
+    /// The history the analysis keeps (charts, sparklines).
+    pub fn history(&self) -> &History {
+        self.analyzer.history()
     }
 
-    /// Decides "mine" again for the frame on screen (the watch set or the frame changed).
+    /// Finding events since the last call, for the alert sinks; nothing accumulates.
+    pub fn take_events(&mut self) -> Vec<FindingEvent> {
+        std::mem::take(&mut self.pending_events)
+    }
+
+    /// Whether to ring the bell now (a critical finding opened since the last call).
+    pub fn take_bell(&mut self) -> bool {
+        std::mem::take(&mut self.bell)
+    }
+
+    /// Decides "mine" again for the frame on screen (the watch marks or the frame changed).
     fn refresh_watched(&mut self) {
         if let Some(f) = self.shown.clone() {
-            self.watched = self.watched_pids(&f.sample);
+            self.analysis = Some(self.analyzer.reanalyse(&f));
         }
     }
 
@@ -364,17 +347,9 @@ impl UiState {
         {
             return Effect::None;
         }
-        self.history.push(&frame.sample);
+        let mut analysis = self.analyzer.push(&frame);
         self.derive(&frame);
-        let mine = self.watched_pids(&frame.sample);
-        let watched = |p: &ProcSample| mine.contains(&p.pid);
-        let events = self.detector.step(
-            &self.history,
-            &frame.sample,
-            frame.sample.taken_at,
-            None,
-            &watched,
-        );
+        let events = std::mem::take(&mut analysis.events);
         self.bell |= events.iter().any(|e| {
             matches!(e, FindingEvent::Opened(f) if f.severity == crate::detect::Severity::Critical)
         });
@@ -384,7 +359,7 @@ impl UiState {
             return Effect::None;
         }
         self.shown = Some(frame);
-        self.watched = mine;
+        self.analysis = Some(analysis);
         self.rebuild_rows();
         // The tree follows new processes, at most once a second.
         if self.view == View::Tree
@@ -403,7 +378,8 @@ impl UiState {
             for p in &g.processes {
                 let key = History::key_of(&g.uuid, p);
                 let d =
-                    self.history
+                    self.analyzer
+                        .history()
                         .process_for(&g.uuid, p)
                         .map_or_else(Derived::default, |(_, h)| Derived {
                             growth: h.growth_bytes_per_s(GROWTH_WINDOW),
@@ -728,14 +704,14 @@ impl UiState {
         };
         let (pid, user) = (p.pid, p.host.user.clone());
         let (what, now_watched) = if cmd == Command::ToggleWatchPid {
-            let watched = !self.extra_pids.remove(&pid) && self.extra_pids.insert(pid);
+            let watched = self.analyzer.toggle_pid(pid);
             (format!("PID {pid}"), watched)
         } else {
             let Some(user) = user else {
                 self.message = Some("this process's user is not known here".to_string());
                 return;
             };
-            let watched = !self.extra_users.remove(&user) && self.extra_users.insert(user.clone());
+            let watched = self.analyzer.toggle_user(&user);
             (format!("user {user}"), watched)
         };
         self.refresh_watched();

@@ -33,7 +33,7 @@ pub fn render(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Context, key
                     .map(|p| (g, p))
             })
     });
-    let hist = state.history.process(key);
+    let hist = state.history().process(key);
     let lines = info_lines(state, ctx, key, current, hist);
     let info_h = (lines.len() as u16 + 1)
         .min(area.height / 2 + 2)
@@ -267,7 +267,7 @@ pub fn render_chart(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Contex
     let t = ctx.theme;
     let span = CHART_SPANS[state.chart_span.min(CHART_SPANS.len() - 1)];
     let from = ctx.now - span.as_secs_f64();
-    let Some(h) = state.history.gpu(gpu) else {
+    let Some(h) = state.history().gpu(gpu) else {
         f.render_widget(Paragraph::new("no history for this GPU yet"), area);
         return;
     };
@@ -288,7 +288,7 @@ pub fn render_chart(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Contex
         .filter_map(|p| p.used.map(|u| (p.t - ctx.now, u as f64 / GIB)))
         .collect();
     let mut procs: Vec<Line3> = state
-        .history
+        .history()
         .processes_on(gpu)
         .map(|(k, ph)| {
             let data: Vec<(f64, f64)> = ph

@@ -8,71 +8,39 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::Paragraph;
 
 use super::{Context, GpuGrid, cut};
+use crate::analysis::MemSplit;
 use crate::model::GpuSample;
 use crate::output::{fmt_bytes, fmt_rate};
 use crate::tui::state::UiState;
 use crate::tui::theme::Theme;
 
-/// Memory of a GPU split by whose it is.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Split {
-    pub mine: u64,
-    pub external: u64,
-    /// `used − mine − external`: memory no visible process accounts for — or, when some
-    /// process's memory is unavailable (`known == false`), memory of unknown owner.
-    pub unattributed: u64,
-    pub free: u64,
-    pub total: u64,
-    /// Every process's memory was known, so `unattributed` really is unattributed.
-    pub known: bool,
+/// The split of a GPU's memory, as the analysis of the frame on screen decided it.
+pub fn split(state: &UiState, g: &GpuSample) -> Option<MemSplit> {
+    state.analysis.as_ref()?.gpu(&g.uuid)?.split
 }
 
-/// The split of a GPU's memory; `None` when memory is unknown. Processes whose memory is
-/// unavailable count in neither share (their memory shows as unattributed).
-pub fn split(state: &UiState, g: &GpuSample) -> Option<Split> {
-    let m = g.memory?;
-    let mut mine = 0u64;
-    let mut external = 0u64;
-    let mut known = true;
-    for p in &g.processes {
-        let Some(b) = p.used_bytes else {
-            known = false;
-            continue;
-        };
-        if state.is_watched(p) {
-            mine += b;
-        } else {
-            external += b;
-        }
-    }
-    let attributed = mine + external;
-    Some(Split {
-        mine,
-        external,
-        unattributed: m.used.saturating_sub(attributed),
-        free: m.total.saturating_sub(m.used),
-        total: m.total,
-        known,
-    })
-}
-
-/// The bar: `█` mine, `▓` external, `▒` unattributed, `░` free (the shapes carry the meaning
-/// without colour).
-fn bar(s: &Split, width: usize, t: Theme) -> Vec<Span<'static>> {
+/// The bar: `█` mine, `▓` other processes, `▒` unattributed (dim: of unknown owner, when some
+/// process's memory is not known), `░` free (the shapes carry the meaning without colour).
+fn bar(s: &MemSplit, width: usize, t: Theme) -> Vec<Span<'static>> {
     if width == 0 || s.total == 0 {
         return Vec::new();
     }
     let cells = |b: u64| ((b as f64 / s.total as f64) * width as f64).round() as usize;
-    let mine = cells(s.mine);
-    let ext = cells(s.external).min(width - mine.min(width));
-    let unat = cells(s.unattributed).min(width - (mine + ext).min(width));
+    let mine = cells(s.drawn_mine).min(width);
+    let ext = cells(s.drawn_others).min(width - mine);
+    let rest = s.used.saturating_sub(s.drawn_mine.saturating_add(s.drawn_others));
+    let unat = cells(rest).min(width - (mine + ext));
     let free = width.saturating_sub(mine + ext + unat);
     vec![
         Span::styled("█".repeat(mine), t.mine()),
         Span::styled("▓".repeat(ext), t.external()),
         Span::styled(
             "▒".repeat(unat),
-            if s.known { t.unattributed() } else { t.dim() },
+            if s.unattributed.is_some() {
+                t.unattributed()
+            } else {
+                t.dim()
+            },
         ),
         Span::styled("░".repeat(free), t.free()),
     ]
@@ -219,7 +187,7 @@ fn panel(state: &UiState, ctx: &Context, g: &GpuSample, width: usize) -> Vec<Lin
     line1.push(Span::raw("▏ "));
     line1.push(Span::styled(mem, used_style(g, t)));
 
-    let hist = state.history.gpu(&g.uuid);
+    let hist = state.history().gpu(&g.uuid);
     let util: Vec<f32> =
         hist.map_or_else(Vec::new, |h| h.points().filter_map(|p| p.util).collect());
     let mem_util: Vec<f32> = hist.map_or_else(Vec::new, |h| {
@@ -252,25 +220,31 @@ fn panel(state: &UiState, ctx: &Context, g: &GpuSample, width: usize) -> Vec<Lin
         )));
     }
     if let Some(s) = split(state, g) {
+        let known = |v: Option<u64>| v.map_or_else(|| "n/a".to_string(), fmt_bytes);
         line3.push(Span::raw("  "));
+        line3.push(Span::styled(format!("mine {}", known(s.mine)), t.mine()));
+        // External is everything not mine, unattributed memory included (as in the snapshot,
+        // the JSON and /metrics); the unattributed part is named after it.
         line3.push(Span::styled(
-            format!("mine {}", fmt_bytes(s.mine)),
-            t.mine(),
-        ));
-        line3.push(Span::styled(
-            format!(" ext {}", fmt_bytes(s.external)),
+            format!(" ext {}", known(s.external)),
             t.external(),
         ));
-        if !s.known {
-            line3.push(Span::styled(" unattr n/a", t.dim()));
-        } else if s.unattributed >= 1 << 20 {
-            line3.push(Span::styled(
-                format!(" unattr {}", fmt_bytes(s.unattributed)),
+        match s.unattributed {
+            None => line3.push(Span::styled(" (unattr n/a)", t.dim())),
+            Some(u) if u >= 1 << 20 => line3.push(Span::styled(
+                format!(" (unattr {})", fmt_bytes(u)),
                 t.unattributed(),
-            ));
+            )),
+            Some(_) => {}
         }
     }
-    if let Some(ttf) = hist.and_then(|h| h.time_to_full(crate::tui::state::GROWTH_WINDOW)) {
+    // The detector's time to full (shown only while the growth is a ramp).
+    if let Some(ttf) = state
+        .analysis
+        .as_ref()
+        .and_then(|a| a.gpu(&g.uuid)?.time_to_full_s)
+        .and_then(|s| std::time::Duration::try_from_secs_f64(s).ok())
+    {
         line3.push(Span::styled(
             format!("  full in {}", fmt_minutes(ttf)),
             t.bad(),
@@ -358,13 +332,16 @@ mod tests {
 
     #[test]
     fn bar_cells_add_up_to_the_width() {
-        let s = Split {
-            mine: 30,
-            external: 30,
-            unattributed: 10,
-            free: 30,
+        let s = MemSplit {
+            used: 70,
             total: 100,
-            known: true,
+            free: 30,
+            mine: Some(30),
+            external: Some(40),
+            others: Some(30),
+            unattributed: Some(10),
+            drawn_mine: 30,
+            drawn_others: 30,
         };
         let spans = bar(&s, 20, Theme::new(false));
         let n: usize = spans.iter().map(|s| s.content.chars().count()).sum();

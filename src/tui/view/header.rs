@@ -105,7 +105,7 @@ pub fn findings(state: &UiState, mono: std::time::Instant) -> Vec<String> {
         ));
     }
     // The detector's findings (source health included), most severe first.
-    for f in state.detector.open() {
+    for f in state.analyzer.open() {
         out.push(format!(
             "[{}] {}",
             f.severity,

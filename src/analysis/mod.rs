@@ -1,0 +1,325 @@
+//! The one analysis stage every front end consumes: frames in, [`Analysis`] out.
+//!
+//! The daemon, the dashboard (local and `--connect`) and `run` each own an [`Analyzer`] and feed
+//! it the frames they receive; what they show, export or report is read from the
+//! [`Analysis`] it returns — the frame, the watched set ("mine"), each GPU's memory split and
+//! growth, the open findings and the lifecycle events of this frame. Nothing here does I/O
+//! except reading a live host's `/proc` for the parents of watched processes ([`Parents`]).
+//!
+//! One rule each, here and nowhere else:
+//! - *mine* is decided once per frame by the watch set, with the parents of a process taken from
+//!   where the frame came from ([`Parents`]);
+//! - the memory split ([`MemSplit`]): *external* is everything in `used` that is not mine,
+//!   unattributed memory included (DESIGN §3); an unknown value is never summed;
+//! - growth and time to full are the detector's.
+
+pub mod split;
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::detect::{Detector, Finding, FindingEvent, Rules};
+use crate::history::History;
+use crate::model::{Frame, ProcSample, Sample, SourceKind};
+use crate::watch::WatchSet;
+
+pub use split::MemSplit;
+
+/// Where the parent of a process comes from, for `pid:N` watch specs that take in a tree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Parents {
+    /// This host's `/proc`: the frames come from this host's driver.
+    Host,
+    /// The frame's own report (a recording, a scenario, a remote daemon): this host's PIDs are
+    /// not the frame's.
+    Reported,
+}
+
+impl Parents {
+    /// Where the parents of `kind`'s processes come from; `remote`: the frames come from
+    /// another host's daemon.
+    pub fn of(kind: SourceKind, remote: bool) -> Self {
+        if kind == SourceKind::Live && !remote {
+            Parents::Host
+        } else {
+            Parents::Reported
+        }
+    }
+}
+
+/// One GPU of an [`Analysis`], in the frame's order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuAnalysis {
+    pub uuid: String,
+    pub index: u32,
+    /// `None` when the GPU's memory is unknown.
+    pub split: Option<MemSplit>,
+    /// The detector's growth of memory used, bytes per second.
+    pub growth_bytes_per_s: Option<f64>,
+    /// Seconds until full at that growth, only while the growth is a ramp.
+    pub time_to_full_s: Option<f64>,
+}
+
+/// What one frame means: the same for every front end.
+#[derive(Debug, Clone)]
+pub struct Analysis {
+    pub frame: Arc<Frame>,
+    /// The PIDs of the frame that are in the watched set.
+    pub mine: Arc<HashSet<u32>>,
+    pub gpus: Vec<GpuAnalysis>,
+    /// The findings open after this frame, most severe first.
+    pub findings: Vec<Finding>,
+    /// What opened, changed and resolved with this frame.
+    pub events: Vec<FindingEvent>,
+}
+
+impl Analysis {
+    /// Whether a process of this frame is mine.
+    pub fn is_mine(&self, p: &ProcSample) -> bool {
+        self.mine.contains(&p.pid)
+    }
+
+    /// The analysis of the GPU with this UUID.
+    pub fn gpu(&self, uuid: &str) -> Option<&GpuAnalysis> {
+        self.gpus.iter().find(|g| g.uuid == uuid)
+    }
+}
+
+/// How an [`Analyzer`] keeps its history.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Detail {
+    /// Every process point for the whole window (the dashboard: its charts read them).
+    Full,
+    /// Process points at full resolution only as far back as the rules read them (the daemon:
+    /// 8 GPUs × 64 processes for 10 minutes).
+    Compact,
+}
+
+/// History + detector + watched set: the pipeline's analysis stage.
+pub struct Analyzer {
+    history: History,
+    detector: Detector,
+    watch: WatchSet,
+    /// PIDs and users marked from the dashboard (`w`/`W`), watched besides the watch set.
+    extra_pids: BTreeSet<u32>,
+    extra_users: BTreeSet<String>,
+    /// `None`: decided by the first frame's source ([`Parents::of`]).
+    parents: Option<Parents>,
+    remote: bool,
+    mine: Arc<HashSet<u32>>,
+}
+
+impl Analyzer {
+    /// An analyzer with `rules` (the config's `[detect]`), a history of `window`.
+    pub fn new(rules: Rules, window: Duration, detail: Detail, watch: WatchSet) -> Self {
+        let history = match detail {
+            Detail::Full => History::new(window),
+            Detail::Compact => crate::detect::compact_history(window, &rules),
+        };
+        Self {
+            history,
+            detector: Detector::new(rules),
+            watch,
+            extra_pids: BTreeSet::new(),
+            extra_users: BTreeSet::new(),
+            parents: None,
+            remote: false,
+            mine: Arc::new(HashSet::new()),
+        }
+    }
+
+    /// The frames come from another host's daemon: its PIDs are not this host's.
+    #[must_use]
+    pub fn remote(mut self) -> Self {
+        self.remote = true;
+        self
+    }
+
+    /// Fixes where parents come from (tests; otherwise the first frame's source decides).
+    #[must_use]
+    pub fn with_parents(mut self, parents: Parents) -> Self {
+        self.parents = Some(parents);
+        self
+    }
+
+    pub fn history(&self) -> &History {
+        &self.history
+    }
+
+    pub fn rules(&self) -> &Rules {
+        self.detector.rules()
+    }
+
+    pub fn watch(&self) -> &WatchSet {
+        &self.watch
+    }
+
+    /// The findings open now, most severe first.
+    pub fn open(&self) -> Vec<&Finding> {
+        self.detector.open()
+    }
+
+    /// The PIDs marked (`w`) and users marked (`W`) besides the watch set.
+    pub fn marks(&self) -> (&BTreeSet<u32>, &BTreeSet<String>) {
+        (&self.extra_pids, &self.extra_users)
+    }
+
+    /// Marks or unmarks a PID as mine; returns whether it is marked now.
+    pub fn toggle_pid(&mut self, pid: u32) -> bool {
+        if self.extra_pids.remove(&pid) {
+            false
+        } else {
+            self.extra_pids.insert(pid);
+            true
+        }
+    }
+
+    /// Marks or unmarks a user as mine; returns whether it is marked now.
+    pub fn toggle_user(&mut self, user: &str) -> bool {
+        if self.extra_users.remove(user) {
+            false
+        } else {
+            self.extra_users.insert(user.to_string());
+            true
+        }
+    }
+
+    /// Where the parents of the frames' processes come from.
+    pub fn parents(&self, frame: &Frame) -> Parents {
+        self.parents
+            .unwrap_or_else(|| Parents::of(frame.source.kind, self.remote))
+    }
+
+    /// The watched PIDs of a frame: the watch set (with the parents from where the frame came
+    /// from) and the marks.
+    pub fn mine_in(&self, frame: &Frame) -> HashSet<u32> {
+        let sample = &frame.sample;
+        let mut pids = match self.parents(frame) {
+            Parents::Host => self
+                .watch
+                .pids_in(sample, &crate::source::procinfo::read_ppid),
+            Parents::Reported => {
+                let reported: HashMap<u32, u32> = sample
+                    .gpus
+                    .iter()
+                    .flat_map(|g| &g.processes)
+                    .filter_map(|p| Some((p.pid, p.host.ppid?)))
+                    .collect();
+                self.watch
+                    .pids_in(sample, &|pid| reported.get(&pid).copied())
+            }
+        };
+        if !self.extra_pids.is_empty() || !self.extra_users.is_empty() {
+            pids.extend(
+                sample
+                    .gpus
+                    .iter()
+                    .flat_map(|g| &g.processes)
+                    .filter(|p| {
+                        self.extra_pids.contains(&p.pid)
+                            || p.host
+                                .user
+                                .as_ref()
+                                .is_some_and(|u| self.extra_users.contains(u))
+                    })
+                    .map(|p| p.pid),
+            );
+        }
+        pids
+    }
+
+    /// Takes one frame: pushes it into the history, decides mine, runs the detector.
+    pub fn push(&mut self, frame: &Arc<Frame>) -> Analysis {
+        self.history.push(&frame.sample);
+        let mine = Arc::new(self.mine_in(frame));
+        let watched = |p: &ProcSample| mine.contains(&p.pid);
+        let events = self.detector.step(
+            &self.history,
+            &frame.sample,
+            frame.sample.taken_at,
+            None,
+            &watched,
+        );
+        self.mine = Arc::clone(&mine);
+        self.analysis(frame, mine, events)
+    }
+
+    /// The analysis of `frame` (already pushed) without stepping the detector: for a front end
+    /// whose watch marks changed, or that shows a paused frame.
+    pub fn reanalyse(&mut self, frame: &Arc<Frame>) -> Analysis {
+        let mine = Arc::new(self.mine_in(frame));
+        self.mine = Arc::clone(&mine);
+        self.analysis(frame, mine, Vec::new())
+    }
+
+    /// The detector on the latest frame again, at `now`, judging staleness (`stale_after`):
+    /// for the clock tick of a front end whose source stopped sending.
+    pub fn tick(
+        &mut self,
+        frame: &Frame,
+        now: f64,
+        stale_after: Duration,
+    ) -> Vec<FindingEvent> {
+        let mine = Arc::clone(&self.mine);
+        let watched = |p: &ProcSample| mine.contains(&p.pid);
+        self.detector.step(
+            &self.history,
+            &frame.sample,
+            now,
+            Some(stale_after),
+            &watched,
+        )
+    }
+
+    fn analysis(
+        &self,
+        frame: &Arc<Frame>,
+        mine: Arc<HashSet<u32>>,
+        events: Vec<FindingEvent>,
+    ) -> Analysis {
+        let watched = |p: &ProcSample| mine.contains(&p.pid);
+        let gpus = gpus(&self.history, &frame.sample, self.rules(), &watched);
+        Analysis {
+            frame: Arc::clone(frame),
+            mine,
+            gpus,
+            findings: self.detector.open().into_iter().cloned().collect(),
+            events,
+        }
+    }
+}
+
+/// Split and growth of every GPU of a sample.
+fn gpus(
+    history: &History,
+    sample: &Sample,
+    rules: &Rules,
+    watched: &dyn Fn(&ProcSample) -> bool,
+) -> Vec<GpuAnalysis> {
+    sample
+        .gpus
+        .iter()
+        .map(|g| {
+            let (rate, ttf) = history
+                .gpu(&g.uuid)
+                .map_or((None, None), |h| gpu_growth(h, rules));
+            GpuAnalysis {
+                uuid: g.uuid.clone(),
+                index: g.index,
+                split: MemSplit::of(g, watched),
+                growth_bytes_per_s: rate,
+                time_to_full_s: ttf,
+            }
+        })
+        .collect()
+}
+
+/// Growth (bytes/s) and time to full (s) of a GPU's memory, as the detector judges them.
+fn gpu_growth(h: &crate::history::GpuHistory, rules: &Rules) -> (Option<f64>, Option<f64>) {
+    (
+        h.growth_bytes_per_s(rules.filling_window),
+        h.time_to_full(rules.filling_window)
+            .map(|d| d.as_secs_f64()),
+    )
+}

@@ -11,8 +11,8 @@ use std::time::Duration;
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::alert::Alerts;
-use crate::config::Config;
 use crate::analysis::{Analysis, Analyzer, Detail};
+use crate::config::Config;
 use crate::sampler::Sampler;
 use crate::serve::{Options, Shared};
 use crate::text::clean;

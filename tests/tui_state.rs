@@ -267,5 +267,8 @@ fn findings_reach_the_state_and_a_critical_one_rings_the_bell() {
     assert!(st.take_bell(), "a critical finding opened");
     assert!(!st.take_bell(), "the bell rings once");
     assert!(!st.take_events().is_empty(), "events wait for the sinks");
-    assert!(st.take_events().is_empty(), "taken events do not accumulate");
+    assert!(
+        st.take_events().is_empty(),
+        "taken events do not accumulate"
+    );
 }

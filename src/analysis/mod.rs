@@ -255,12 +255,7 @@ impl Analyzer {
 
     /// The detector on the latest frame again, at `now`, judging staleness (`stale_after`):
     /// for the clock tick of a front end whose source stopped sending.
-    pub fn tick(
-        &mut self,
-        frame: &Frame,
-        now: f64,
-        stale_after: Duration,
-    ) -> Vec<FindingEvent> {
+    pub fn tick(&mut self, frame: &Frame, now: f64, stale_after: Duration) -> Vec<FindingEvent> {
         let mine = Arc::clone(&self.mine);
         let watched = |p: &ProcSample| mine.contains(&p.pid);
         self.detector.step(

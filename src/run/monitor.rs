@@ -279,7 +279,9 @@ mod tests {
 
     fn record_of(job: &[u32]) -> Run {
         let watch = crate::watch::WatchSet::new(
-            job.iter().map(|&p| crate::watch::WatchSpec::Pid(p)).collect(),
+            job.iter()
+                .map(|&p| crate::watch::WatchSpec::Pid(p))
+                .collect(),
             None,
         );
         Run(

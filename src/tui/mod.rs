@@ -220,8 +220,7 @@ async fn run_loop(feed: Feed<'_>, watch: WatchSet, options: &TuiOptions) -> std:
         analyzer = analyzer.remote();
     }
     let mut state = UiState::new(analyzer, options.read_only);
-    let alerts = Alerts::start(&dashboard_sinks(&options.alerts))
-        .map_err(std::io::Error::other)?;
+    let alerts = Alerts::start(&dashboard_sinks(&options.alerts)).map_err(std::io::Error::other)?;
     let size = term.size()?;
     state.size = (size.width, size.height);
 

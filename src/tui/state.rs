@@ -377,14 +377,13 @@ impl UiState {
         for g in &frame.sample.gpus {
             for p in &g.processes {
                 let key = History::key_of(&g.uuid, p);
-                let d =
-                    self.analyzer
-                        .history()
-                        .process_for(&g.uuid, p)
-                        .map_or_else(Derived::default, |(_, h)| Derived {
-                            growth: h.growth_bytes_per_s(GROWTH_WINDOW),
-                            peak: h.peak_used().map(|(bytes, _)| bytes),
-                        });
+                let d = self.analyzer.history().process_for(&g.uuid, p).map_or_else(
+                    Derived::default,
+                    |(_, h)| Derived {
+                        growth: h.growth_bytes_per_s(GROWTH_WINDOW),
+                        peak: h.peak_used().map(|(bytes, _)| bytes),
+                    },
+                );
                 derived.insert(key, d);
             }
         }

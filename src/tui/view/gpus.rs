@@ -28,7 +28,9 @@ fn bar(s: &MemSplit, width: usize, t: Theme) -> Vec<Span<'static>> {
     let cells = |b: u64| ((b as f64 / s.total as f64) * width as f64).round() as usize;
     let mine = cells(s.drawn_mine).min(width);
     let ext = cells(s.drawn_others).min(width - mine);
-    let rest = s.used.saturating_sub(s.drawn_mine.saturating_add(s.drawn_others));
+    let rest = s
+        .used
+        .saturating_sub(s.drawn_mine.saturating_add(s.drawn_others));
     let unat = cells(rest).min(width - (mine + ext));
     let free = width.saturating_sub(mine + ext + unat);
     vec![

@@ -398,8 +398,14 @@ fn watch_set(config: &Config, source: &crate::model::SourceInfo) -> WatchSet {
     WatchSet::new(config.watch.specs.clone(), me)
 }
 
-fn watched_fn(set: &WatchSet) -> impl Fn(&ProcSample) -> bool + '_ {
-    move |p: &ProcSample| set.matches(&p.host, p.pid, &crate::source::procinfo::read_ppid)
+/// The watched PIDs of a frame of this host's source (parents from this host's `/proc` for a
+/// live source, from the frame for a demo or a replay).
+fn mine_of(set: &WatchSet, frame: &Frame) -> std::collections::HashSet<u32> {
+    crate::analysis::mine(
+        set,
+        frame,
+        crate::analysis::Parents::of(frame.source.kind, false),
+    )
 }
 
 fn color(config: &Config) -> bool {
@@ -466,7 +472,8 @@ fn snapshot(g: &GlobalArgs, config: &Config, args: &SnapshotArgs) -> Result<u8> 
     let frame = first_frame(&rt, &sampler, config)?;
     let gpus = select_gpus(&frame, &args.gpu)?;
     let set = watch_set(config, &frame.source);
-    let watched = watched_fn(&set);
+    let mine = mine_of(&set, &frame);
+    let watched = |p: &ProcSample| mine.contains(&p.pid);
     let text = if args.json {
         let snap = json::snapshot(&frame, &gpus, &watched, now_unix());
         let mut s = serde_json::to_string_pretty(&snap)
@@ -659,7 +666,7 @@ fn remote_table(config: &Config, remote: &crate::remote::Remote, watch: &WatchSe
             humantime::format_duration(config.sampling.hang_timeout)
         )));
     };
-    let mine = watch.pids_in(&frame.sample, &|pid| frame.sample.reported_ppid(pid));
+    let mine = crate::analysis::mine(watch, &frame, crate::analysis::Parents::Reported);
     let watched = |p: &ProcSample| mine.contains(&p.pid);
     write_stdout(&table::render(
         &frame,
@@ -726,7 +733,6 @@ fn live_table(g: &GlobalArgs, config: &Config) -> Result<u8> {
     let sampler = start(g, config, None, None, false)?;
     let first = first_frame(&rt, &sampler, config)?;
     let set = watch_set(config, &first.source);
-    let watched = watched_fn(&set);
     let tty = std::io::stdout().is_terminal();
     let mut rx = sampler.frames();
     rt.block_on(async {
@@ -738,6 +744,8 @@ fn live_table(g: &GlobalArgs, config: &Config) -> Result<u8> {
                     // Home + clear: redraw in place.
                     text.push_str("\x1b[H\x1b[2J");
                 }
+                let mine = mine_of(&set, &frame);
+                let watched = |p: &ProcSample| mine.contains(&p.pid);
                 text.push_str(&table::render(
                     &frame,
                     &watched,

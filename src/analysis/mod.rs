@@ -195,21 +195,7 @@ impl Analyzer {
     /// from) and the marks.
     pub fn mine_in(&self, frame: &Frame) -> HashSet<u32> {
         let sample = &frame.sample;
-        let mut pids = match self.parents(frame) {
-            Parents::Host => self
-                .watch
-                .pids_in(sample, &crate::source::procinfo::read_ppid),
-            Parents::Reported => {
-                let reported: HashMap<u32, u32> = sample
-                    .gpus
-                    .iter()
-                    .flat_map(|g| &g.processes)
-                    .filter_map(|p| Some((p.pid, p.host.ppid?)))
-                    .collect();
-                self.watch
-                    .pids_in(sample, &|pid| reported.get(&pid).copied())
-            }
-        };
+        let mut pids = mine(&self.watch, frame, self.parents(frame));
         if !self.extra_pids.is_empty() || !self.extra_users.is_empty() {
             pids.extend(
                 sample
@@ -281,6 +267,24 @@ impl Analyzer {
             gpus,
             findings: self.detector.open().into_iter().cloned().collect(),
             events,
+        }
+    }
+}
+
+/// The PIDs of `frame` in the watch set, the parents of `pid:N` trees taken from `parents`:
+/// the one place that decides "mine", for the pipeline and the one-shot commands alike.
+pub fn mine(watch: &WatchSet, frame: &Frame, parents: Parents) -> HashSet<u32> {
+    let sample = &frame.sample;
+    match parents {
+        Parents::Host => watch.pids_in(sample, &crate::source::procinfo::read_ppid),
+        Parents::Reported => {
+            let reported: HashMap<u32, u32> = sample
+                .gpus
+                .iter()
+                .flat_map(|g| &g.processes)
+                .filter_map(|p| Some((p.pid, p.host.ppid?)))
+                .collect();
+            watch.pids_in(sample, &|pid| reported.get(&pid).copied())
         }
     }
 }

@@ -76,7 +76,11 @@ pub fn run(cli: Cli) -> Result<u8> {
     match cli.command {
         Some(Command::History(cmd)) => history(&cmd),
         Some(Command::PrintConfig) => {
-            write_stdout(&config.to_toml())?;
+            write_stdout(&format!(
+                "{}\n{}",
+                config.to_toml(),
+                front_ends(&config, cli.global.interval)
+            ))?;
             Ok(0)
         }
         Some(Command::Snapshot(args)) => snapshot(&cli.global, &config, &args),
@@ -118,6 +122,25 @@ pub fn run(cli: Cli) -> Result<u8> {
         Some(Command::Tui(args)) => tui(&cli.global, &config, &args),
         Some(Command::Completions { .. } | Command::Man) => Ok(0),
     }
+}
+
+/// What each front end takes from the configuration, as comment lines after `print-config`'s
+/// TOML (every front end runs the same analysis: [`crate::analysis::Analyzer`]).
+fn front_ends(config: &Config, interval_flag: Option<Duration>) -> String {
+    let every = humantime::format_duration(config.sampling.interval);
+    let window = humantime::format_duration(config.history.window);
+    format!(
+        "# What each front end uses of the settings above (one analysis for all of them):\n\
+         #   dashboard (gpuwatch, gpuwatch tui): a sample every {every}, {window} of history, \
+         [detect], [alerts] (the log sink's lines go to --log-file, never to the screen), [watch]\n\
+         #   tui --connect URL: the daemon's frames; [detect], [alerts] and [watch] of this file\n\
+         #   daemon: a sample every {every}, {window} of history, [detect], [alerts], [watch], [daemon]\n\
+         #   run: a sample every {} (--interval), {window} of history, [detect], [alerts]; it \
+         watches the job's process tree, not [watch]\n\
+         #   snapshot: [sampling], [watch], [display], [snapshot]; pick: [sampling], [pick]; \
+         record: [sampling]\n",
+        humantime::format_duration(interval_flag.unwrap_or(RUN_INTERVAL)),
+    )
 }
 
 fn open_history(args: &crate::cli::HistoryFileArgs) -> Result<crate::store::Store> {

@@ -401,6 +401,21 @@ fn print_config_merges_command_line_over_file_over_defaults() {
     assert_eq!(parsed["sampling"]["slow-interval"].as_str(), Some("20s"));
     assert_eq!(parsed["pick"]["count"].as_integer(), Some(2));
     assert_eq!(parsed["pick"]["format"].as_str(), Some("env"));
+    // What each front end uses, after the TOML: the dashboard and the daemon sample at the
+    // effective interval, and so does run, whose own default (250ms) --interval overrides.
+    for front in [
+        "#   dashboard (gpuwatch, gpuwatch tui): a sample every 500ms",
+        "#   daemon: a sample every 500ms",
+        "#   run: a sample every 500ms",
+    ] {
+        assert!(text.contains(front), "{front}:\n{text}");
+    }
+    let o = run(&["print-config"]);
+    assert!(
+        stdout(&o).contains("#   run: a sample every 250ms"),
+        "{}",
+        stdout(&o)
+    );
     let o = run(&["--interval", "10ms", "print-config"]);
     fails_with(&o, 2, "--interval");
 }

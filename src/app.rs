@@ -1112,7 +1112,11 @@ fn start_run_monitor(sampler: &Sampler, config: &Config, child: u32) -> Result<R
     );
     // The findings go to the configured sinks as the daemon's and the dashboard's do (the
     // `log` sink's lines on stderr, beside the job's own output).
-    let alerts = crate::alert::Alerts::start(&config.alerts).map_err(Failure::setup)?;
+    // A sink that cannot start (a file that cannot be opened) is said once; the job is watched
+    // all the same.
+    let alerts = crate::alert::Alerts::start(&config.alerts)
+        .inspect_err(|e| crate::eprintln_safe!("gpuwatch: no alerts: {e}"))
+        .ok();
     let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
     let started = now_secs();
     let thread = std::thread::Builder::new()
@@ -1136,8 +1140,10 @@ fn start_run_monitor(sampler: &Sampler, config: &Config, child: u32) -> Result<R
                             let frame = frames.borrow_and_update().clone();
                             if let Some(frame) = frame {
                                 let analysis = analyzer.push(&frame);
-                                for event in &analysis.events {
-                                    alerts.send(event);
+                                if let Some(alerts) = &alerts {
+                                    for event in &analysis.events {
+                                        alerts.send(event);
+                                    }
                                 }
                                 record.observe(&analysis);
                             }
@@ -1146,7 +1152,9 @@ fn start_run_monitor(sampler: &Sampler, config: &Config, child: u32) -> Result<R
                 }
             });
             drop(rt);
-            alerts.shutdown(std::time::Duration::from_secs(2));
+            if let Some(alerts) = alerts {
+                alerts.shutdown(std::time::Duration::from_secs(2));
+            }
             record
         })
         .map_err(|e| Failure::runtime(format!("cannot start the monitor thread: {e}")))?;

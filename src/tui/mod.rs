@@ -204,6 +204,9 @@ pub fn run_feed(feed: Feed<'_>, watch: WatchSet, options: &TuiOptions) -> std::i
 }
 
 async fn run_loop(feed: Feed<'_>, watch: WatchSet, options: &TuiOptions) -> std::io::Result<()> {
+    // The sinks first: one that cannot start (a file that cannot be opened) is said on the
+    // shell's screen, before the dashboard takes it.
+    let alerts = Alerts::start(&dashboard_sinks(&options.alerts)).map_err(std::io::Error::other)?;
     let mut signals = terminal::ScreenSignals::new()?;
     let guard = terminal::TerminalGuard::enter()?;
     let mut term: Terminal<CrosstermBackend<Stdout>> =
@@ -220,7 +223,6 @@ async fn run_loop(feed: Feed<'_>, watch: WatchSet, options: &TuiOptions) -> std:
         analyzer = analyzer.remote();
     }
     let mut state = UiState::new(analyzer, options.read_only);
-    let alerts = Alerts::start(&dashboard_sinks(&options.alerts)).map_err(std::io::Error::other)?;
     let size = term.size()?;
     state.size = (size.width, size.height);
 

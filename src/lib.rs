@@ -9,6 +9,7 @@ pub mod alert;
 pub mod app;
 pub mod cli;
 pub mod cluster;
+mod cmd;
 pub mod config;
 pub mod daemon;
 pub mod detect;

@@ -1,0 +1,101 @@
+//! `gpuwatch snapshot`: one frame as the table or as JSON; the table's options, shared with
+//! the dashboard's plain-output fallbacks.
+
+use std::io::IsTerminal;
+
+use crate::app::{
+    Failure, Result, first_frame, now_unix, runtime, start, watch_set, watched_fn, write_stdout,
+};
+use crate::cli::{GlobalArgs, SnapshotArgs};
+use crate::config::{ColorChoice, Config};
+use crate::model::Frame;
+use crate::output::{json, table};
+
+pub(crate) fn snapshot(g: &GlobalArgs, config: &Config, args: &SnapshotArgs) -> Result<u8> {
+    if args.at.is_some() && g.replay.is_none() {
+        return Err(Failure::setup(
+            "--at picks a moment of a recording: use it with --replay FILE",
+        ));
+    }
+    let rt = runtime()?;
+    let sampler = start(g, config, args.at, None, false)?;
+    let frame = first_frame(&rt, &sampler, config)?;
+    let gpus = select_gpus(&frame, &args.gpu)?;
+    let set = watch_set(config, &frame.source);
+    let watched = watched_fn(&set);
+    let text = if args.json {
+        let snap = json::snapshot(&frame, &gpus, &watched, now_unix());
+        let mut s = serde_json::to_string_pretty(&snap)
+            .map_err(|e| Failure::runtime(format!("cannot encode JSON: {e}")))?;
+        s.push('\n');
+        s
+    } else {
+        table::render(&frame, &watched, now_unix(), &table_options(config, gpus))
+    };
+    write_stdout(&text)?;
+    Ok(0)
+}
+
+/// Resolves `--gpu` values (index or UUID, or a unique UUID prefix) to NVML indices.
+fn select_gpus(frame: &Frame, wanted: &[String]) -> Result<Vec<u32>> {
+    let mut out = Vec::new();
+    for w in wanted {
+        let w = w.trim();
+        let found = if let Ok(i) = w.parse::<u32>() {
+            frame.sample.gpus.iter().find(|g| g.index == i)
+        } else {
+            let hits: Vec<_> = frame
+                .sample
+                .gpus
+                .iter()
+                .filter(|g| g.uuid.eq_ignore_ascii_case(w) || g.uuid.starts_with(w))
+                .collect();
+            if hits.len() > 1 {
+                return Err(Failure::setup(format!(
+                    "--gpu '{w}' matches {} GPUs; give more of the UUID",
+                    hits.len()
+                )));
+            }
+            hits.first().copied()
+        };
+        let Some(g) = found else {
+            let known: Vec<String> = frame
+                .sample
+                .gpus
+                .iter()
+                .map(|g| format!("{} ({})", g.index, g.uuid))
+                .collect();
+            return Err(Failure::setup(format!(
+                "--gpu '{w}' is not a GPU here (expected an index or UUID among: {})",
+                known.join(", ")
+            )));
+        };
+        out.push(g.index);
+    }
+    Ok(out)
+}
+
+pub(crate) fn table_options(config: &Config, gpus: Vec<u32>) -> table::TableOptions {
+    let tty = std::io::stdout().is_terminal();
+    table::TableOptions {
+        color: color(config),
+        width: tty
+            .then(|| {
+                crossterm::terminal::size()
+                    .ok()
+                    .map(|(w, _)| usize::from(w))
+            })
+            .flatten(),
+        gpus,
+        unattributed_min: config.snapshot.show_unattributed_min,
+        ..table::TableOptions::default()
+    }
+}
+
+fn color(config: &Config) -> bool {
+    match config.display.color {
+        ColorChoice::Always => true,
+        ColorChoice::Never => false,
+        ColorChoice::Auto => std::io::stdout().is_terminal(),
+    }
+}

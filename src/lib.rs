@@ -13,6 +13,7 @@ mod cmd;
 pub mod config;
 pub mod daemon;
 pub mod detect;
+pub mod gpuref;
 pub mod history;
 pub mod model;
 pub mod output;

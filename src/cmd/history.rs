@@ -37,14 +37,14 @@ pub(crate) fn history(cmd: &crate::cli::HistoryCommand) -> Result<u8> {
         HistoryCommand::Who(args) => {
             let at = crate::times::parse_time("--at", &args.at, now).map_err(Failure::setup)?;
             let store = open_history(&args.file)?;
-            let who = store.who(&args.gpu, at).map_err(Failure::runtime)?;
+            let gpu = store
+                .resolve("--gpu", &args.gpu)
+                .map_err(Failure::runtime)?
+                .map_err(Failure::setup)?;
+            let who = store.who(&gpu, at).map_err(Failure::runtime)?;
             let Some(who) = who else {
                 return Err(Failure::runtime(format!(
-                    "no samples of GPU {} at {} in '{}'",
-                    match &args.gpu {
-                        crate::store::GpuRef::Index(i) => i.to_string(),
-                        crate::store::GpuRef::Uuid(u) => u.clone(),
-                    },
+                    "no samples of GPU {gpu} at {} in '{}'",
                     fmt_time(at),
                     store.path().display()
                 )));

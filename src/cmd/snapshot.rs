@@ -8,6 +8,7 @@ use crate::app::{
 };
 use crate::cli::{GlobalArgs, SnapshotArgs};
 use crate::config::{ColorChoice, Config};
+use crate::gpuref::GpuRef;
 use crate::model::Frame;
 use crate::output::{json, table};
 
@@ -36,43 +37,17 @@ pub(crate) fn snapshot(g: &GlobalArgs, config: &Config, args: &SnapshotArgs) -> 
     Ok(0)
 }
 
-/// Resolves `--gpu` values (index or UUID, or a unique UUID prefix) to NVML indices.
-fn select_gpus(frame: &Frame, wanted: &[String]) -> Result<Vec<u32>> {
-    let mut out = Vec::new();
-    for w in wanted {
-        let w = w.trim();
-        let found = if let Ok(i) = w.parse::<u32>() {
-            frame.sample.gpus.iter().find(|g| g.index == i)
-        } else {
-            let hits: Vec<_> = frame
-                .sample
-                .gpus
-                .iter()
-                .filter(|g| g.uuid.eq_ignore_ascii_case(w) || g.uuid.starts_with(w))
-                .collect();
-            if hits.len() > 1 {
-                return Err(Failure::setup(format!(
-                    "--gpu '{w}' matches {} GPUs; give more of the UUID",
-                    hits.len()
-                )));
-            }
-            hits.first().copied()
-        };
-        let Some(g) = found else {
-            let known: Vec<String> = frame
-                .sample
-                .gpus
-                .iter()
-                .map(|g| format!("{} ({})", g.index, g.uuid))
-                .collect();
-            return Err(Failure::setup(format!(
-                "--gpu '{w}' is not a GPU here (expected an index or UUID among: {})",
-                known.join(", ")
-            )));
-        };
-        out.push(g.index);
-    }
-    Ok(out)
+/// Resolves `--gpu` values to NVML indices (a MIG device names its GPU).
+fn select_gpus(frame: &Frame, wanted: &[GpuRef]) -> Result<Vec<u32>> {
+    let devices = crate::gpuref::devices(&frame.sample);
+    wanted
+        .iter()
+        .map(|w| {
+            crate::gpuref::resolve("--gpu", w, &devices, "here")
+                .map(|d| d.index.unwrap_or_default())
+                .map_err(Failure::setup)
+        })
+        .collect()
 }
 
 pub(crate) fn table_options(config: &Config, gpus: Vec<u32>) -> table::TableOptions {

@@ -137,17 +137,21 @@ fn gpu_env(
             note.as_deref().unwrap_or("no sample")
         )));
     };
-    let gpu = choose_gpu(&frame.sample, args.gpu.as_deref(), args.min_free)?;
+    let chosen = choose_gpu(&frame.sample, args.gpu.as_deref(), args.min_free)?;
     crate::eprintln_safe!(
-        "gpuwatch: running on GPU {} ({}{})",
-        gpu.index,
-        crate::text::clean(&gpu.uuid),
-        gpu.memory
+        "gpuwatch: running on {} ({}{})",
+        describe(&chosen),
+        crate::text::clean(&chosen.gpu.uuid),
+        chosen
+            .memory
             .map(|m| format!(", {} free", crate::output::fmt_bytes(m.free)))
             .unwrap_or_default()
     );
     Ok(vec![
-        ("CUDA_VISIBLE_DEVICES".into(), gpu.uuid.clone().into()),
+        (
+            "CUDA_VISIBLE_DEVICES".into(),
+            chosen.uuid.to_string().into(),
+        ),
         ("CUDA_DEVICE_ORDER".into(), "PCI_BUS_ID".into()),
     ])
 }
@@ -217,59 +221,83 @@ fn write_timeline(
 /// seconds).
 const RUN_INTERVAL: Duration = Duration::from_millis(250);
 
+/// The device `run` gives the job: a GPU, or a MIG device on one.
+struct Chosen<'a> {
+    gpu: &'a crate::model::GpuSample,
+    /// The UUID for `CUDA_VISIBLE_DEVICES` (the MIG device's when one was named).
+    uuid: &'a str,
+    memory: Option<crate::model::Memory>,
+}
+
 /// `--gpu auto|N|UUID` (and `--min-free`) against the first sample.
 fn choose_gpu<'a>(
     sample: &'a crate::model::Sample,
     gpu: Option<&str>,
     min_free: Option<u64>,
-) -> Result<&'a crate::model::GpuSample> {
-    let known = || {
-        sample
-            .gpus
-            .iter()
-            .map(|g| format!("{} ({})", g.index, g.uuid))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    match gpu.map(str::trim) {
-        None | Some("auto") => crate::pick::pick(sample, min_free.unwrap_or(0), 1)
-            .map(|v| v[0])
-            .map_err(Failure::runtime),
-        Some(want) => {
-            let found = if let Ok(i) = want.parse::<u32>() {
-                sample.gpus.iter().find(|g| g.index == i)
-            } else {
-                let matches: Vec<_> = sample
-                    .gpus
-                    .iter()
-                    .filter(|g| g.uuid == want || g.uuid.starts_with(want))
-                    .collect();
-                if matches.len() > 1 {
-                    return Err(Failure::setup(format!(
-                        "--gpu '{want}' matches {} GPUs; give more of the UUID",
-                        matches.len()
-                    )));
-                }
-                matches.first().copied()
-            };
-            let g = found.ok_or_else(|| {
-                Failure::setup(format!(
-                    "--gpu '{want}' is not a GPU here (expected auto, an index or a UUID; GPUs: {})",
-                    known()
-                ))
-            })?;
-            if let (Some(need), Some(m)) = (min_free, g.memory)
-                && m.free < need
-            {
-                return Err(Failure::runtime(format!(
-                    "GPU {} has {} free, less than --min-free {}",
-                    g.index,
-                    crate::output::fmt_bytes(m.free),
-                    crate::output::fmt_bytes(need)
-                )));
-            }
-            Ok(g)
+) -> Result<Chosen<'a>> {
+    let chosen = match gpu.map(str::trim) {
+        None | Some("auto") => {
+            let g = crate::pick::pick(sample, min_free.unwrap_or(0), 1)
+                .map(|v| v[0])
+                .map_err(Failure::runtime)?;
+            return Ok(Chosen {
+                gpu: g,
+                uuid: &g.uuid,
+                memory: g.memory,
+            });
         }
+        Some(want) => {
+            let wanted: crate::gpuref::GpuRef = want
+                .parse()
+                .map_err(|e| Failure::setup(format!("--gpu: {e} (or auto)")))?;
+            let devices = crate::gpuref::devices(sample);
+            let d = crate::gpuref::resolve("--gpu", &wanted, &devices, "here")
+                .map_err(Failure::setup)?;
+            let g = sample
+                .gpus
+                .iter()
+                .find(|g| {
+                    Some(g.uuid.as_str()) == d.parent || (d.parent.is_none() && g.uuid == d.uuid)
+                })
+                .ok_or_else(|| Failure::setup(format!("--gpu '{wanted}': its GPU is gone")))?;
+            let memory = if d.parent.is_some() {
+                g.mig_devices
+                    .iter()
+                    .find(|m| m.uuid.as_deref() == Some(d.uuid))
+                    .and_then(|m| m.memory)
+            } else {
+                g.memory
+            };
+            Chosen {
+                gpu: g,
+                uuid: d.uuid,
+                memory,
+            }
+        }
+    };
+    if let (Some(need), Some(m)) = (min_free, chosen.memory)
+        && m.free < need
+    {
+        return Err(Failure::runtime(format!(
+            "{} has {} free, less than --min-free {}",
+            describe(&chosen),
+            crate::output::fmt_bytes(m.free),
+            crate::output::fmt_bytes(need)
+        )));
+    }
+    Ok(chosen)
+}
+
+/// "GPU 1", or "MIG device MIG-… on GPU 1".
+fn describe(c: &Chosen<'_>) -> String {
+    if c.uuid == c.gpu.uuid {
+        format!("GPU {}", c.gpu.index)
+    } else {
+        format!(
+            "MIG device {} on GPU {}",
+            crate::text::clean(c.uuid),
+            c.gpu.index
+        )
     }
 }
 

@@ -134,9 +134,9 @@ pub struct HistoryFileArgs {
 
 #[derive(Debug, Args)]
 pub struct HistoryWhoArgs {
-    /// The GPU: NVML index or UUID.
+    /// The GPU: NVML index, UUID or a unique prefix of one (GPU-ab).
     #[arg(long, value_name = "GPU")]
-    pub gpu: crate::store::GpuRef,
+    pub gpu: crate::gpuref::GpuRef,
     /// The moment, in UTC: RFC 3339 (2026-11-29T03:12:00Z), HH:MM (today, or yesterday when
     /// still to come), '10m ago', 'now' or unix seconds.
     #[arg(long, value_name = "TIME", default_value = "now")]
@@ -190,9 +190,9 @@ pub struct SnapshotArgs {
     /// Print JSON (schema: docs/snapshot-json.md) instead of the table.
     #[arg(long)]
     pub json: bool,
-    /// Show only these GPUs (NVML index or UUID); repeatable.
+    /// Show only these GPUs (NVML index, UUID or a unique prefix of one); repeatable.
     #[arg(long, value_name = "GPU")]
-    pub gpu: Vec<String>,
+    pub gpu: Vec<crate::gpuref::GpuRef>,
     /// With --replay: the moment to show, in seconds from the recording's start.
     #[arg(long, value_name = "SECONDS")]
     pub at: Option<f64>,
@@ -240,8 +240,8 @@ pub struct ExplainArgs {
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// GPU for the job: auto (the one `pick` chooses), an NVML index, or a UUID; sets
-    /// `CUDA_VISIBLE_DEVICES` by UUID. Default: leave `CUDA_VISIBLE_DEVICES` as it is.
+    /// GPU for the job: auto (the one `pick` chooses), an NVML index, a UUID (GPU-… or a MIG
+    /// device's MIG-…) or a unique prefix of one; sets `CUDA_VISIBLE_DEVICES` by UUID. Default: leave `CUDA_VISIBLE_DEVICES` as it is.
     #[arg(long, value_name = "auto|N|UUID")]
     pub gpu: Option<String>,
     /// With --gpu auto: only GPUs with at least this much free memory.

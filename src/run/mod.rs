@@ -3,6 +3,7 @@
 //! diagnosis.
 
 pub mod child;
+pub(crate) mod command;
 pub mod monitor;
 pub mod report;
 pub mod tail;

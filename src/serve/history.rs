@@ -1,7 +1,8 @@
 //! `GET /api/v1/history?gpu=&pid=&since=&until=&step=`: memory over time from the local
 //! history store, in buckets (min, max, mean per bucket).
 //!
-//! - `gpu`: NVML index or UUID (default: every GPU);
+//! - `gpu`: NVML index, UUID or a unique prefix of one (default: every GPU); a name that fits
+//!   no GPU of the file, or several, gets 400 listing them;
 //! - `pid`: one process's series (on every GPU it used, or on `gpu`);
 //! - `since`, `until`: unix seconds, RFC 3339, `10m ago`, `now`; `since` also takes a bare
 //!   duration back from now (`1h`). Defaults: the last hour, until now;
@@ -64,13 +65,7 @@ pub fn parse(params: &[(String, String)], now: f64) -> Result<SeriesQuery, Strin
         }
     }
     let gpu = gpu
-        .map(|g| {
-            if g.trim().is_empty() {
-                Err("'gpu' is empty (expected an NVML index or a UUID)".to_string())
-            } else {
-                Ok(g.parse::<GpuRef>().unwrap_or_else(|e| match e {}))
-            }
-        })
+        .map(|g| g.parse::<GpuRef>().map_err(|e| format!("'gpu': {e}")))
         .transpose()?;
     let pid = pid
         .map(|p| {
@@ -176,16 +171,25 @@ pub async fn handler(
     };
     let answer = tokio::task::spawn_blocking(move || {
         let _slot = slot;
-        let store = Store::open_read_only(&path).map_err(|e| e.to_string())?;
-        store
-            .series(&q)
-            .map_err(|e| e.to_string())
-            .map(|series| Answer {
-                since: q.since,
-                until: q.until,
-                step: q.step,
-                series,
-            })
+        let internal =
+            |e: crate::store::StoreError| (StatusCode::INTERNAL_SERVER_ERROR, e.to_string());
+        let store = Store::open_read_only(&path).map_err(internal)?;
+        let mut q = q;
+        if let Some(gpu) = &q.gpu {
+            // A UUID prefix names the one GPU of the file it starts.
+            q.gpu = Some(
+                store
+                    .resolve("'gpu'", gpu)
+                    .map_err(internal)?
+                    .map_err(|e| (StatusCode::BAD_REQUEST, e))?,
+            );
+        }
+        store.series(&q).map_err(internal).map(|series| Answer {
+            since: q.since,
+            until: q.until,
+            step: q.step,
+            series,
+        })
     })
     .await;
     match answer {
@@ -193,7 +197,7 @@ pub async fn handler(
             StatusCode::OK,
             serde_json::to_string(&answer).unwrap_or_else(|_| "{}".into()),
         ),
-        Ok(Err(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, &e),
+        Ok(Err((status, e))) => error(status, &e),
         Err(e) => error(
             StatusCode::INTERNAL_SERVER_ERROR,
             &format!("the history query failed: {e}"),

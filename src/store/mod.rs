@@ -178,21 +178,13 @@ impl Default for StoreOptions {
     }
 }
 
-/// A GPU named by NVML index or UUID.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum GpuRef {
-    Index(u32),
-    Uuid(String),
-}
+/// A GPU named by NVML index or UUID (resolved: [`Store::resolve`] turns a prefix into the
+/// full UUID).
+pub use crate::gpuref::GpuRef;
 
-impl std::str::FromStr for GpuRef {
-    type Err = std::convert::Infallible;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Ok(s.trim()
-            .parse::<u32>()
-            .map_or_else(|_| GpuRef::Uuid(s.trim().to_string()), GpuRef::Index))
-    }
-}
+/// At most this many GPUs of a file are considered when a name is resolved (a file is from
+/// outside: its GPU table is not trusted to be small).
+const RESOLVE_MAX: i64 = 256;
 
 /// A process on a GPU at one moment.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -1037,6 +1029,67 @@ impl Store {
             GpuRef::Index(i) => ("x.gpu_index = ?3", i64::from(*i).into()),
             GpuRef::Uuid(u) => ("g.uuid = ?3", u.clone().into()),
         }
+    }
+
+    /// `wanted` as the store can query it: an index as it is (the GPU that had that index at
+    /// the moment asked about), a UUID or a unique prefix of one as the full UUID of a GPU in
+    /// the file. `Ok(Err(message))` when the name fits no GPU of the file, or several.
+    pub fn resolve(
+        &self,
+        flag: &str,
+        wanted: &GpuRef,
+    ) -> Result<std::result::Result<GpuRef, String>, StoreError> {
+        let GpuRef::Uuid(text) = wanted else {
+            return Ok(Ok(wanted.clone()));
+        };
+        let pattern: String = text
+            .chars()
+            .flat_map(|c| match c {
+                '%' | '_' | '\\' => vec!['\\', c],
+                c => vec![c],
+            })
+            .chain(['%'])
+            .collect();
+        let mut gpus = self.gpu_names(Some(&pattern))?;
+        if gpus.is_empty() {
+            // For the error: the GPUs there are.
+            gpus = self.gpu_names(None)?;
+        }
+        let devices: Vec<crate::gpuref::Device<'_>> = gpus
+            .iter()
+            .map(|(index, uuid)| crate::gpuref::Device {
+                index: *index,
+                uuid,
+                parent: None,
+            })
+            .collect();
+        let place = format!("in the history '{}'", self.path.display());
+        Ok(crate::gpuref::resolve(flag, wanted, &devices, &place)
+            .map(|d| GpuRef::Uuid(d.uuid.to_string())))
+    }
+
+    /// The GPUs of the file (those whose UUID is `LIKE pattern`, case-insensitive for ASCII),
+    /// with the index each was last sampled at; at most [`RESOLVE_MAX`].
+    fn gpu_names(&self, pattern: Option<&str>) -> Result<Vec<(Option<u32>, String)>, StoreError> {
+        self.conn
+            .prepare_cached(
+                "SELECT coalesce(
+                   (SELECT gpu_index FROM gpu_sample s WHERE s.gpu = g.id ORDER BY t DESC LIMIT 1),
+                   (SELECT gpu_index FROM gpu_step s WHERE s.gpu = g.id ORDER BY t DESC LIMIT 1)),
+                   g.uuid
+                 FROM gpu g WHERE ?1 IS NULL OR g.uuid LIKE ?1 ESCAPE '\\' ORDER BY g.id LIMIT ?2",
+            )
+            .and_then(|mut s| {
+                s.query_map(params![pattern, RESOLVE_MAX], |r| {
+                    Ok((
+                        r.get::<_, Option<i64>>(0)?
+                            .and_then(|i| u32::try_from(i).ok()),
+                        r.get::<_, String>(1)?,
+                    ))
+                })?
+                .collect::<Result<Vec<_>, _>>()
+            })
+            .map_err(self.err("list the GPUs"))
     }
 
     /// The processes on `gpu` at `at` (unix seconds): the nearest full-resolution sample at or

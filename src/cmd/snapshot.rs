@@ -63,6 +63,7 @@ pub(crate) fn table_options(config: &Config, gpus: Vec<u32>) -> table::TableOpti
             .flatten(),
         gpus,
         unattributed_min: config.snapshot.show_unattributed_min,
+        mem_levels: crate::detect::MemLevels::from(&config.detect),
         ..table::TableOptions::default()
     }
 }

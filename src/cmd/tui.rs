@@ -9,6 +9,7 @@ use crate::app::{
 use crate::cli::GlobalArgs;
 use crate::cmd::snapshot::table_options;
 use crate::config::{ColorChoice, Config};
+use crate::detect::MemLevels;
 use crate::model::ProcSample;
 use crate::output::table;
 use crate::watch::WatchSet;
@@ -45,6 +46,7 @@ fn connect_dashboard(config: &Config, url: &str, token: Option<String>) -> Resul
         color: config.display.color != ColorChoice::Never,
         read_only: true,
         history_window: config.history.window,
+        mem_levels: MemLevels::from(&config.detect),
     };
     let no_call = || None;
     crate::tui::run_feed(
@@ -113,6 +115,7 @@ fn cluster_overview(config: &Config, prometheus: &str, token: Option<String>) ->
         token,
         color: config.display.color != ColorChoice::Never,
         message: None,
+        mem_levels: MemLevels::from(&config.detect),
     };
     loop {
         match cluster::run(options.clone())
@@ -140,6 +143,7 @@ pub(crate) fn dashboard(g: &GlobalArgs, config: &Config) -> Result<u8> {
         color: config.display.color != ColorChoice::Never,
         read_only: g.read_only,
         history_window: config.history.window,
+        mem_levels: MemLevels::from(&config.detect),
     };
     crate::tui::run(&sampler, watch, &options)
         .map_err(|e| Failure::runtime(format!("the dashboard failed: {e}")))?;

@@ -31,6 +31,8 @@ pub struct TuiOptions {
     pub color: bool,
     pub read_only: bool,
     pub history_window: Duration,
+    /// Where memory turns yellow and red (the `[detect]` near-capacity lines).
+    pub mem_levels: crate::detect::MemLevels,
 }
 
 /// Maps a terminal event to a command.
@@ -203,7 +205,7 @@ async fn run_loop(feed: Feed<'_>, watch: WatchSet, options: &TuiOptions) -> std:
     let mut term: Terminal<CrosstermBackend<Stdout>> =
         Terminal::new(CrosstermBackend::new(std::io::stdout()))?;
     term.clear()?;
-    let theme = Theme::new(options.color);
+    let theme = Theme::new(options.color).with_mem_levels(options.mem_levels);
     let mut state = UiState::new(watch, options.history_window, options.read_only);
     let size = term.size()?;
     state.size = (size.width, size.height);

@@ -173,7 +173,7 @@ fn lost_line(g: &GpuSample, t: Theme) -> Line<'static> {
 }
 
 fn used_style(g: &GpuSample, t: Theme) -> ratatui::style::Style {
-    g.used_ratio().map_or(t.dim(), |r| t.level(r, 0.80, 0.90))
+    t.memory(g.memory)
 }
 
 fn temp_span(g: &GpuSample, t: Theme) -> Span<'static> {

@@ -5,6 +5,8 @@
 //! sampler's threads, so the UI answers keys even while an NVML call hangs.
 
 pub mod keymap;
+pub mod layout;
+pub mod shown;
 pub mod state;
 pub mod terminal;
 pub mod theme;

@@ -7,9 +7,10 @@ use ratatui::layout::Rect;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::Paragraph;
 
-use super::{Context, GpuGrid, cut};
+use super::{Context, cut};
 use crate::model::GpuSample;
 use crate::output::{fmt_bytes, fmt_rate};
+use crate::tui::layout::GpuGrid;
 use crate::tui::state::UiState;
 use crate::tui::theme::Theme;
 

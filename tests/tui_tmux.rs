@@ -523,31 +523,24 @@ fn the_mouse_and_page_down_follow_the_rows_on_screen() {
         "-l",
         &format!("\x1b[<0;10;{}M\x1b[<0;10;{}m", y + 1, y + 1),
     ]);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while selected_pid(&styled(), &pids) != Some(pid) {
-        assert!(
-            Instant::now() < deadline,
-            "the click selected:\n{}",
-            styled()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let selects = |pid: u32, what: &str| {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while selected_pid(&styled(), &pids) != Some(pid) {
+            assert!(Instant::now() < deadline, "{what} ({pid}):\n{}", styled());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    selects(pid, "the click selects the second row");
 
     // Page Down from the top moves one screenful: one Up from there is the last row of the
     // first page, so the page is exactly the rows the screen shows.
     t.keys(&["Home", "PageDown"]);
     std::thread::sleep(Duration::from_millis(300));
     t.keys(&["Up"]);
-    let last = rows[page - 1].1;
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while selected_pid(&styled(), &pids) != Some(last) {
-        assert!(
-            Instant::now() < deadline,
-            "after PageDown, Up selects the first page's last row ({last}):\n{}",
-            styled()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    selects(
+        rows[page - 1].1,
+        "after PageDown, Up selects the first page's last row",
+    );
     t.keys(&["q"]);
     t.wait_for("exit", |s| s.contains("EXITED rc=0"));
 }

@@ -218,32 +218,41 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
         .map_err(|e| Failure::runtime(format!("cannot start the async runtime: {e}")))
 }
 
+/// Opens the source and starts the sampler at the configured cadences (`headless`: the
+/// daemon's, which refreshes known processes' host readings less often).
 pub(crate) fn start(
     g: &GlobalArgs,
     config: &Config,
     start_at: Option<f64>,
-    interval: Option<Duration>,
     headless: bool,
 ) -> Result<Sampler> {
-    let source = open_source(
+    let interval = config.sampling.interval;
+    start_with(
         g,
         config,
         start_at,
-        interval.unwrap_or(config.sampling.interval),
-    )?;
-    Sampler::spawn(
-        source,
         SamplerOptions {
-            interval: interval.unwrap_or(config.sampling.interval),
+            interval,
             slow_interval: config.sampling.slow_interval,
             host_interval: if headless {
                 config.sampling.slow_interval.max(HEADLESS_HOST_INTERVAL)
             } else {
-                interval.unwrap_or(config.sampling.interval)
+                interval
             },
         },
     )
-    .map_err(|e| Failure::runtime(format!("cannot start the sampler thread: {e}")))
+}
+
+/// Opens the source and starts the sampler with these cadences.
+pub(crate) fn start_with(
+    g: &GlobalArgs,
+    config: &Config,
+    start_at: Option<f64>,
+    options: SamplerOptions,
+) -> Result<Sampler> {
+    let source = open_source(g, config, start_at, options.interval)?;
+    Sampler::spawn(source, options)
+        .map_err(|e| Failure::runtime(format!("cannot start the sampler thread: {e}")))
 }
 
 /// How often a headless daemon refreshes the CPU % and RSS of processes it already knows.

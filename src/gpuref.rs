@@ -69,18 +69,16 @@ pub struct Device<'a> {
 
 impl fmt::Display for Device<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // A UUID from a history file is outside input: quoted short.
+        let uuid = textlimit::excerpt(self.uuid, MAX_LEN);
         match (self.index, self.parent) {
-            (Some(i), None) => write!(f, "{i} ({})", self.uuid),
-            (None, None) => f.write_str(self.uuid),
-            (_, Some(_)) => write!(f, "{} on GPU {}", self.uuid, self.index_text()),
+            (Some(i), None) => write!(f, "{i} ({uuid})"),
+            (None, None) => f.write_str(&uuid),
+            (Some(i), Some(_)) => write!(f, "{uuid} on GPU {i}"),
+            (None, Some(parent)) => {
+                write!(f, "{uuid} on GPU {}", textlimit::excerpt(parent, MAX_LEN))
+            }
         }
-    }
-}
-
-impl Device<'_> {
-    fn index_text(&self) -> String {
-        self.index
-            .map_or_else(|| self.parent.unwrap_or("?").to_string(), |i| i.to_string())
     }
 }
 
@@ -262,6 +260,17 @@ mod tests {
             .collect();
         let e = resolve("--gpu", &GpuRef::Index(99), &many, "here").unwrap_err();
         assert!(e.contains("and 24 more"), "{e}");
+        // A hostile file's UUIDs are quoted short.
+        let huge = format!("GPU-{}", "f".repeat(100_000));
+        let hostile: Vec<Device<'_>> = (0..20)
+            .map(|i| Device {
+                index: Some(i),
+                uuid: &huge,
+                parent: None,
+            })
+            .collect();
+        let e = resolve("--gpu", &GpuRef::Index(99), &hostile, "here").unwrap_err();
+        assert!(e.len() < 4_000, "{} bytes", e.len());
         let only_mig = [Device {
             index: Some(0),
             uuid: M,

@@ -1,6 +1,6 @@
 //! Every parser of outside input, fuzzed with proptest (`cargo fuzz` needs a nightly
 //! toolchain): times and durations, recording lines, scenarios, config files, the event stream
-//! `tui --connect` reads and the triage scanner (the history API's query: a proptest in
+//! `tui --connect` reads, GPU names (`--gpu`) and the triage scanner (the history API's query: a proptest in
 //! `src/serve/history.rs`). Arbitrary text and
 //! bytes give a value or an error, never a panic, and an error never quotes more than a few
 //! hundred bytes of the input.
@@ -141,8 +141,36 @@ fn triage(text: &str) {
     let _ = gpuwatch::triage::render_text(&gpuwatch::triage::diagnose(&analysis, None));
 }
 
+/// A GPU name (`--gpu`, `?gpu=`): parsed, then resolved against GPUs whose UUIDs are the
+/// text's own pieces (so prefixes, case and ambiguity are exercised).
+fn gpu_ref(text: &str) {
+    match text.parse::<gpuwatch::gpuref::GpuRef>() {
+        Err(e) => short("gpu ref", &e),
+        Ok(r) => {
+            let uuids: Vec<String> = text
+                .split_whitespace()
+                .chain(["GPU-a", text])
+                .map(str::to_string)
+                .collect();
+            let devices: Vec<gpuwatch::gpuref::Device<'_>> = uuids
+                .iter()
+                .enumerate()
+                .map(|(i, u)| gpuwatch::gpuref::Device {
+                    index: Some(i as u32),
+                    uuid: u,
+                    parent: (i % 2 == 1).then_some("GPU-a"),
+                })
+                .collect();
+            if let Err(e) = gpuwatch::gpuref::resolve("--gpu", &r, &devices, "here") {
+                short("gpu ref", &e);
+            }
+        }
+    }
+}
+
 fn every_parser(text: &str) {
     time(text);
+    gpu_ref(text);
     recording(text.as_bytes());
     scenario(text);
     config(text);

@@ -81,7 +81,7 @@ fn navigation_stays_in_bounds_and_the_mouse_selects() {
     st.update(Command::PageDown);
     assert_eq!(st.selected, 5);
     // A click on the third process row selects it.
-    let body = gpuwatch::tui::view::table_body(&st);
+    let body = st.layout().table_rows;
     st.update(Command::Click(body.x + 5, body.y + 2));
     assert_eq!(st.selected, 2);
     st.update(Command::ScrollUp);

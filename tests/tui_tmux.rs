@@ -446,3 +446,101 @@ fn an_unsupported_process_list_is_named_on_the_dashboard() {
     t.keys(&["q"]);
     t.wait_for("exit", |s| s.contains("EXITED rc=0"));
 }
+
+/// The pid on the selected (reversed) line of a `capture-pane -e` screen.
+fn selected_pid(styled: &str, pids: &[u32]) -> Option<u32> {
+    // A line that turns reverse video on: an SGR sequence with the parameter 7.
+    let reversed = |l: &&str| {
+        l.split("\x1b[").skip(1).any(|seq| {
+            seq.split_once('m')
+                .is_some_and(|(params, _)| params.split(';').any(|p| p == "7"))
+        })
+    };
+    let line = styled.lines().find(reversed)?;
+    pids.iter()
+        .copied()
+        .find(|p| line.contains(&format!(" {p} ")))
+}
+
+#[test]
+fn the_mouse_and_page_down_follow_the_rows_on_screen() {
+    // 12 processes on one GPU, more than the 120×16 screen's table shows; a frozen clock, so
+    // nothing on screen changes size while the test clicks and pages.
+    let pids: Vec<u32> = (1..=12).map(|i| 3_999_000 + i).collect();
+    let mut text = String::from(
+        "[clock]\nfreeze = 5.0\n[[gpu]]\nmemory_total = \"143GiB\"\nbase_used = \"0GiB\"\n",
+    );
+    for (i, pid) in pids.iter().enumerate() {
+        let _ = std::fmt::Write::write_fmt(
+            &mut text,
+            format_args!(
+                "[[gpu.process]]\npid = {pid}\nused = \"{}GiB\"\nsm = 50\n",
+                i + 1
+            ),
+        );
+    }
+    let sc = ScenarioFile::new(&text);
+    let script = format!(
+        "export GPUWATCH_NVML_LIB='{}'; export FAKE_NVML_SCENARIO='{}'; '{}' --interval 200ms; \
+         echo \"EXITED rc=$?\"; sleep 60",
+        fake_nvml().display(),
+        sc.path.display(),
+        gpuwatch_bin()
+    );
+    let t = Tmux::session("paging", (120, 16), None, Duration::from_secs(10), &script);
+    // The footer is drawn last: the whole screen is there.
+    let s = t.wait_for("the processes", |s| {
+        s.contains(" 3999012 ") && s.contains("q quit")
+    });
+    // The process rows on screen, top to bottom (largest memory first).
+    let lines: Vec<&str> = s.lines().collect();
+    let rows: Vec<(usize, u32)> = lines
+        .iter()
+        .enumerate()
+        .filter_map(|(y, l)| {
+            pids.iter()
+                .copied()
+                .find(|p| l.contains(&format!(" {p} ")))
+                .map(|p| (y, p))
+        })
+        .collect();
+    let page = rows.len();
+    assert!(
+        (2..12).contains(&page),
+        "a page shorter than the list:\n{s}"
+    );
+    assert_eq!(rows[0].1, 3_999_012, "largest first:\n{s}");
+    let styled = || t.tmux(&["capture-pane", "-e", "-p", "-t", "t"]);
+    let first = styled();
+    assert_eq!(selected_pid(&first, &pids), Some(rows[0].1), "{first:?}");
+
+    // A left click (SGR mouse report, 1-based) on the second row on screen selects it.
+    let (y, pid) = rows[1];
+    t.tmux(&[
+        "send-keys",
+        "-t",
+        "t",
+        "-l",
+        &format!("\x1b[<0;10;{}M\x1b[<0;10;{}m", y + 1, y + 1),
+    ]);
+    let selects = |pid: u32, what: &str| {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while selected_pid(&styled(), &pids) != Some(pid) {
+            assert!(Instant::now() < deadline, "{what} ({pid}):\n{}", styled());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    selects(pid, "the click selects the second row");
+
+    // Page Down from the top moves one screenful: one Up from there is the last row of the
+    // first page, so the page is exactly the rows the screen shows.
+    t.keys(&["Home", "PageDown"]);
+    std::thread::sleep(Duration::from_millis(300));
+    t.keys(&["Up"]);
+    selects(
+        rows[page - 1].1,
+        "after PageDown, Up selects the first page's last row",
+    );
+    t.keys(&["q"]);
+    t.wait_for("exit", |s| s.contains("EXITED rc=0"));
+}

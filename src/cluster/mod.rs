@@ -38,6 +38,8 @@ pub struct ClusterOptions {
     pub color: bool,
     /// A line to show at start (e.g. why the overview came back).
     pub message: Option<String>,
+    /// Where memory turns yellow and red (the `[detect]` near-capacity lines).
+    pub mem_levels: crate::detect::MemLevels,
 }
 
 /// How the overview ended.
@@ -360,7 +362,7 @@ async fn run_loop(
     let mut term: Terminal<CrosstermBackend<Stdout>> =
         Terminal::new(CrosstermBackend::new(std::io::stdout()))?;
     term.clear()?;
-    let theme = Theme::new(options.color);
+    let theme = Theme::new(options.color).with_mem_levels(options.mem_levels);
     let mut state = ClusterState::new(&options.prometheus);
     state.message.clone_from(&options.message);
     state.refreshing = true;

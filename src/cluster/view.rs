@@ -55,7 +55,10 @@ fn memory(r: &ClusterRow, t: Theme) -> Line<'static> {
     };
     let full = ((frac * BAR as f64).round() as usize).min(BAR);
     Line::from(vec![
-        Span::styled("█".repeat(full), t.level(frac, 0.9, 0.97)),
+        Span::styled(
+            "█".repeat(full),
+            t.mem_level(t.mem_levels.level(used, total, None)),
+        ),
         Span::styled("░".repeat(BAR - full), t.free()),
         Span::raw(format!(" {}/{}", fmt_bytes(used), fmt_bytes(total))),
     ])

@@ -19,7 +19,7 @@ pub(crate) fn snapshot(g: &GlobalArgs, config: &Config, args: &SnapshotArgs) -> 
         ));
     }
     let rt = runtime()?;
-    let sampler = start(g, config, args.at, None, false)?;
+    let sampler = start(g, config, args.at, false)?;
     let frame = first_frame(&rt, &sampler, config)?;
     let gpus = select_gpus(&frame, &args.gpu)?;
     let set = watch_set(config, &frame.source);
@@ -64,6 +64,7 @@ pub(crate) fn table_options(config: &Config, gpus: Vec<u32>) -> table::TableOpti
             .flatten(),
         gpus,
         unattributed_min: config.snapshot.show_unattributed_min,
+        mem_levels: crate::detect::MemLevels::from(&config.detect),
         ..table::TableOptions::default()
     }
 }

@@ -9,6 +9,7 @@ use crate::app::{
 use crate::cli::GlobalArgs;
 use crate::cmd::snapshot::table_options;
 use crate::config::{ColorChoice, Config};
+use crate::detect::MemLevels;
 use crate::model::ProcSample;
 use crate::output::table;
 use crate::watch::WatchSet;
@@ -47,6 +48,7 @@ fn connect_dashboard(config: &Config, url: &str, token: Option<String>) -> Resul
         history_window: config.history.window,
         rules: config.detect.clone(),
         alerts: config.alerts.clone(),
+        mem_levels: MemLevels::from(&config.detect),
     };
     let no_call = || None;
     crate::tui::run_feed(
@@ -115,6 +117,7 @@ fn cluster_overview(config: &Config, prometheus: &str, token: Option<String>) ->
         token,
         color: config.display.color != ColorChoice::Never,
         message: None,
+        mem_levels: MemLevels::from(&config.detect),
     };
     loop {
         match cluster::run(options.clone())
@@ -135,7 +138,7 @@ pub(crate) fn dashboard(g: &GlobalArgs, config: &Config) -> Result<u8> {
         return live_table(g, config);
     }
     // The dashboard opens at once; the first frame arrives when the source answers.
-    let sampler = start(g, config, None, None, false)?;
+    let sampler = start(g, config, None, false)?;
     let watch = watch_set(config, &sampler.info());
     let options = crate::tui::TuiOptions {
         // The dashboard runs on a terminal, so `auto` means colour.
@@ -144,6 +147,7 @@ pub(crate) fn dashboard(g: &GlobalArgs, config: &Config) -> Result<u8> {
         history_window: config.history.window,
         rules: config.detect.clone(),
         alerts: config.alerts.clone(),
+        mem_levels: MemLevels::from(&config.detect),
     };
     crate::tui::run(&sampler, watch, &options)
         .map_err(|e| Failure::runtime(format!("the dashboard failed: {e}")))?;
@@ -153,7 +157,7 @@ pub(crate) fn dashboard(g: &GlobalArgs, config: &Config) -> Result<u8> {
 /// The snapshot table, redrawn on every frame, for output that is not a terminal.
 fn live_table(g: &GlobalArgs, config: &Config) -> Result<u8> {
     let rt = runtime()?;
-    let sampler = start(g, config, None, None, false)?;
+    let sampler = start(g, config, None, false)?;
     let first = first_frame(&rt, &sampler, config)?;
     let set = watch_set(config, &first.source);
     let tty = std::io::stdout().is_terminal();

@@ -4,12 +4,14 @@
 //! open findings and turns each evaluation into `Opened` / `Updated` / `Resolved` events.
 
 pub mod finding;
+pub mod level;
 pub mod rules;
 
 use std::collections::HashMap;
 use std::time::Duration;
 
 pub use finding::{Culprit, Finding, FindingEvent, FindingId, RuleKind, Severity};
+pub use level::{MemLevel, MemLevels};
 pub use rules::{Input, evaluate};
 
 /// Thresholds of every rule. Defaults are the issue's; all live in the config file's

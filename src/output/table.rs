@@ -22,6 +22,7 @@ use anstyle::{AnsiColor, Style};
 
 use super::json::split_mine;
 use super::{WatchedFn, fmt_bytes, fmt_elapsed, fmt_rate, or_na};
+use crate::detect::MemLevel;
 use crate::model::{CallError, Frame, GpuSample, ProcSample};
 use crate::text::{clean, clean_or};
 
@@ -37,6 +38,8 @@ pub struct TableOptions {
     pub unattributed_min: u64,
     /// Width of the memory bar in cells.
     pub bar_width: usize,
+    /// Where the memory bar turns yellow and red (the `[detect]` near-capacity lines).
+    pub mem_levels: crate::detect::MemLevels,
 }
 
 impl Default for TableOptions {
@@ -47,6 +50,7 @@ impl Default for TableOptions {
             gpus: Vec::new(),
             unattributed_min: 1 << 20,
             bar_width: 20,
+            mem_levels: crate::detect::MemLevels::default(),
         }
     }
 }
@@ -203,12 +207,11 @@ fn memory_text(p: &Painter, g: &GpuSample, title: &str, opts: &TableOptions) -> 
             } else {
                 0.0
             };
-            let style = if ratio >= 0.9 {
-                fg(AnsiColor::Red)
-            } else if ratio >= 0.75 {
-                fg(AnsiColor::Yellow)
-            } else {
-                fg(AnsiColor::Green)
+            let style = match opts.mem_levels.of(g.memory) {
+                Some(MemLevel::Critical) => fg(AnsiColor::Red),
+                Some(MemLevel::Warning) => fg(AnsiColor::Yellow),
+                Some(MemLevel::Ok) => fg(AnsiColor::Green),
+                None => Style::new(),
             };
             let numbers = format!("{} / {}", fmt_bytes(m.used), fmt_bytes(m.total));
             let percent = format!("{:.0}%", ratio * 100.0);

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use crate::app::{Failure, Result, first_frame, now_secs, open_source, runtime};
+use crate::app::{Failure, Result, first_frame, now_secs, runtime, start_with};
 use crate::cli::{GlobalArgs, RunArgs};
 use crate::config::Config;
 use crate::sampler::{Sampler, SamplerOptions};
@@ -160,17 +160,16 @@ fn gpu_env(
 /// there is none.
 fn run_sampler(g: &GlobalArgs, config: &Config) -> (Option<Sampler>, Option<String>) {
     let interval = g.interval.unwrap_or(RUN_INTERVAL);
-    let started = open_source(g, config, None, interval).and_then(|source| {
-        Sampler::spawn(
-            source,
-            SamplerOptions {
-                interval,
-                slow_interval: config.sampling.slow_interval.max(interval),
-                host_interval: interval,
-            },
-        )
-        .map_err(|e| Failure::runtime(format!("cannot start the sampler thread: {e}")))
-    });
+    let started = start_with(
+        g,
+        config,
+        None,
+        SamplerOptions {
+            interval,
+            slow_interval: config.sampling.slow_interval.max(interval),
+            host_interval: interval,
+        },
+    );
     match started {
         Ok(s) => (Some(s), None),
         Err(e) => (None, Some(e.message)),

@@ -5,6 +5,8 @@
 //! sampler's threads, so the UI answers keys even while an NVML call hangs.
 
 pub mod keymap;
+pub mod layout;
+pub mod shown;
 pub mod state;
 pub mod terminal;
 pub mod theme;
@@ -37,6 +39,8 @@ pub struct TuiOptions {
     /// Where findings go besides the screen (the configuration's `[alerts]`). The `log` sink
     /// writes to the log file (`--log-file`), never to the terminal the dashboard draws on.
     pub alerts: crate::alert::AlertOptions,
+    /// Where memory turns yellow and red (the `[detect]` near-capacity lines).
+    pub mem_levels: crate::detect::MemLevels,
 }
 
 /// Maps a terminal event to a command.
@@ -212,7 +216,7 @@ async fn run_loop(feed: Feed<'_>, watch: WatchSet, options: &TuiOptions) -> std:
     let mut term: Terminal<CrosstermBackend<Stdout>> =
         Terminal::new(CrosstermBackend::new(std::io::stdout()))?;
     term.clear()?;
-    let theme = Theme::new(options.color);
+    let theme = Theme::new(options.color).with_mem_levels(options.mem_levels);
     let mut analyzer = crate::analysis::Analyzer::new(
         options.rules.clone(),
         options.history_window,

@@ -483,7 +483,7 @@ impl UiState {
 
     /// Rows the table can show at the current size.
     pub fn page_rows(&self) -> usize {
-        super::view::table_rows(self).max(1)
+        usize::from(self.layout().table_rows.height).max(1)
     }
 
     fn keep_visible(&mut self) {
@@ -831,7 +831,7 @@ impl UiState {
     }
 
     fn click(&mut self, x: u16, y: u16) {
-        let area = super::view::table_body(self);
+        let area = self.layout().table_rows;
         if x >= area.x && x < area.x + area.width && y >= area.y && y < area.y + area.height {
             let index = self.offset + usize::from(y - area.y);
             if index < self.rows.len() {

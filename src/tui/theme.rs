@@ -5,15 +5,44 @@
 
 use ratatui::style::{Color, Modifier, Style};
 
+use crate::detect::{MemLevel, MemLevels};
+
 /// Styles by meaning, not by colour.
 #[derive(Debug, Clone, Copy)]
 pub struct Theme {
     pub color: bool,
+    /// Where memory turns to a warning and critical ([`crate::detect::MemLevels`]).
+    pub mem_levels: MemLevels,
 }
 
 impl Theme {
+    /// With the `[detect]` defaults' memory levels.
     pub fn new(color: bool) -> Self {
-        Self { color }
+        Self {
+            color,
+            mem_levels: MemLevels::default(),
+        }
+    }
+
+    /// With the memory levels of the `[detect]` thresholds in use.
+    #[must_use]
+    pub fn with_mem_levels(self, mem_levels: MemLevels) -> Self {
+        Self { mem_levels, ..self }
+    }
+
+    /// A GPU's memory, coloured by its level; dim when unknown.
+    pub fn memory(self, memory: Option<crate::model::Memory>) -> Style {
+        self.mem_level(self.mem_levels.of(memory))
+    }
+
+    /// The style of a memory level (dim when there is none).
+    pub fn mem_level(self, level: Option<MemLevel>) -> Style {
+        match level {
+            None => self.dim(),
+            Some(MemLevel::Ok) => self.ok(),
+            Some(MemLevel::Warning) => self.warn(),
+            Some(MemLevel::Critical) => self.bad(),
+        }
     }
 
     fn fg(self, c: Color) -> Style {

@@ -14,6 +14,7 @@ use ratatui::widgets::Paragraph;
 use super::{Context, cut, fmt_growth};
 use crate::model::{GpuSample, ProcSample};
 use crate::output::{fmt_bytes, fmt_elapsed};
+use crate::tui::shown::Unattributed;
 use crate::tui::state::{SortKey, UiState};
 
 /// A column: header, width, right-aligned, and the sort key it shows.
@@ -194,37 +195,8 @@ fn header_line(state: &UiState, shown: &[bool; 13], width: usize) -> String {
     line(&names, shown, width, " ")
 }
 
-/// What the bottom rows of the table say about a GPU's memory outside the process rows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Unattributed {
-    /// Held by no process visible here.
-    Bytes(u64),
-    /// Unknown: a process's memory is not available.
-    Unknown,
-    /// The driver gave no process list: the rows above are not the whole story.
-    NoProcessList,
-}
-
-/// Per GPU on screen, the memory no visible process accounts for.
-pub fn unattributed_rows(state: &UiState) -> Vec<(u32, Unattributed)> {
-    state
-        .visible_gpus()
-        .iter()
-        .filter(|g| !g.lost && (g.memory.is_some() || g.processes_unavailable))
-        .filter_map(|g| {
-            if g.processes_unavailable {
-                return Some((g.index, Unattributed::NoProcessList));
-            }
-            match g.unattributed_bytes() {
-                Some(b) if b >= 1 << 20 => Some((g.index, Unattributed::Bytes(b))),
-                Some(_) => None,
-                None => Some((g.index, Unattributed::Unknown)),
-            }
-        })
-        .collect()
-}
-
-pub fn render_table(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Context) {
+/// The table in `area`, its process rows in `rows` (see [`crate::tui::layout::Layout`]).
+pub fn render_table(f: &mut Frame<'_>, area: Rect, rows: Rect, state: &UiState, ctx: &Context) {
     if area.height == 0 {
         return;
     }
@@ -235,8 +207,7 @@ pub fn render_table(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Contex
         cut(&header_line(state, &shown, width), width),
         t.header(),
     ))];
-    let body = super::table_body_at(state, ctx.mono);
-    let page = usize::from(body.height.min(area.height.saturating_sub(1)));
+    let page = usize::from(rows.height.min(area.height.saturating_sub(1)));
     let Some(frame) = state.shown.as_ref() else {
         f.render_widget(Paragraph::new(lines), area);
         return;
@@ -275,7 +246,7 @@ pub fn render_table(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Contex
         lines.push(Line::from(Span::styled(text, style)));
     }
     // Pad, then the unattributed rows at the bottom of the table.
-    let unattributed = unattributed_rows(state);
+    let unattributed = state.unattributed_rows();
     while lines.len() < usize::from(area.height).saturating_sub(unattributed.len()) {
         lines.push(Line::raw(""));
     }

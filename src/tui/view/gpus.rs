@@ -7,10 +7,11 @@ use ratatui::layout::Rect;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::Paragraph;
 
-use super::{Context, GpuGrid, cut};
+use super::{Context, cut};
 use crate::analysis::MemSplit;
 use crate::model::GpuSample;
 use crate::output::{fmt_bytes, fmt_rate};
+use crate::tui::layout::GpuGrid;
 use crate::tui::state::UiState;
 use crate::tui::theme::Theme;
 
@@ -143,7 +144,7 @@ fn lost_line(g: &GpuSample, t: Theme) -> Line<'static> {
 }
 
 fn used_style(g: &GpuSample, t: Theme) -> ratatui::style::Style {
-    g.used_ratio().map_or(t.dim(), |r| t.level(r, 0.80, 0.90))
+    t.memory(g.memory)
 }
 
 fn temp_span(g: &GpuSample, t: Theme) -> Span<'static> {

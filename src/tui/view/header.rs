@@ -67,7 +67,7 @@ pub fn render(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Context) {
         spans.push(Span::raw(" · "));
         spans.push(Span::styled("PAUSED (p)", t.warn()));
     }
-    let n = findings(state, ctx.mono).len();
+    let n = state.findings_lines(ctx.mono).len();
     if n > 0 {
         spans.push(Span::raw(" · "));
         spans.push(Span::styled(
@@ -78,60 +78,9 @@ pub fn render(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Context) {
     f.render_widget(Paragraph::new(Line::from(spans)), area);
 }
 
-/// What the findings panel lists: source health, until the detector adds its findings.
-pub fn findings(state: &UiState, mono: std::time::Instant) -> Vec<String> {
-    let mut out = Vec::new();
-    if let Some((url, link @ crate::remote::Link::Disconnected { .. })) = &state.link {
-        out.push(crate::remote::describe(link, url, mono).0);
-    }
-    let Some(frame) = state.latest.as_ref() else {
-        if let Some(c) = state.in_flight.as_ref().filter(|c| c.is_stuck(mono)) {
-            out.push(format!(
-                "no sample yet: {} (is the driver hung?)",
-                c.describe(mono)
-            ));
-        }
-        return out;
-    };
-    let age = mono.saturating_duration_since(frame.published);
-    if age > frame.interval * 3 + std::time::Duration::from_secs(1) {
-        let waiting = state
-            .in_flight
-            .as_ref()
-            .map_or_else(String::new, |c| format!(": {}", c.describe(mono)));
-        out.push(format!(
-            "source stale: no sample for {:.0}s{waiting}",
-            age.as_secs_f64()
-        ));
-    }
-    // The detector's findings (source health included), most severe first.
-    for f in state.analyzer.open() {
-        out.push(format!(
-            "[{}] {}",
-            f.severity,
-            crate::text::clean(&f.summary)
-        ));
-    }
-    // Single calls that failed on a GPU that is still there (a permission, a transient error).
-    for g in &frame.sample.gpus {
-        if g.lost {
-            continue;
-        }
-        for e in &g.errors {
-            out.push(format!(
-                "GPU {}: {} failed: {}",
-                g.index,
-                crate::text::clean(&e.call),
-                crate::text::clean(&e.error)
-            ));
-        }
-    }
-    out
-}
-
 pub fn render_findings(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Context) {
     let t = ctx.theme;
-    let list = findings(state, ctx.mono);
+    let list = state.findings_lines(ctx.mono);
     let lines: Vec<Line> = if list.is_empty() {
         vec![Line::from(Span::styled("✓ no findings", t.dim()))]
     } else {

@@ -18,8 +18,8 @@ mod header;
 mod overlay;
 
 use ratatui::Frame;
-use ratatui::layout::Rect;
 
+use super::layout;
 use super::state::{UiState, View};
 use super::theme::Theme;
 
@@ -47,106 +47,14 @@ impl Context {
     }
 }
 
-/// The screen's regions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Areas {
-    pub header: Rect,
-    pub gpus: Rect,
-    pub body: Rect,
-    pub findings: Rect,
-    pub footer: Rect,
-}
-
-/// How the GPU panels are drawn.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct GpuGrid {
-    pub columns: u16,
-    /// Lines per GPU: 3 (full) or 1 (compact).
-    pub lines: u16,
-}
-
-/// Lines the findings panel takes.
-fn findings_lines(state: &UiState, mono: std::time::Instant) -> u16 {
-    (header::findings(state, mono).len() as u16).clamp(1, 3)
-}
-
-/// Chooses the GPU grid for the space there is.
-pub fn gpu_grid(state: &UiState, full: Rect) -> GpuGrid {
-    let n = state.visible_gpus().len().max(1) as u16;
-    let columns = if full.width >= 160 && n >= 2 { 2 } else { 1 };
-    let per_column = n.div_ceil(columns);
-    // Panels may take up to 40 % of the screen before they shrink to one line per GPU.
-    let budget = (full.height.saturating_sub(4) * 2) / 5;
-    let lines = if per_column * 3 <= budget { 3 } else { 1 };
-    GpuGrid { columns, lines }
-}
-
-/// The layout, also used by the state for paging and mouse hits.
-pub fn areas(state: &UiState, full: Rect, mono: std::time::Instant) -> Areas {
-    let grid = gpu_grid(state, full);
-    let n = state.visible_gpus().len() as u16;
-    let gpu_height = n.div_ceil(grid.columns) * grid.lines;
-    let findings = findings_lines(state, mono);
-    let mut y = full.y;
-    let take = |y: &mut u16, h: u16| {
-        let h = h.min(full.y + full.height - *y);
-        let r = Rect::new(full.x, *y, full.width, h);
-        *y += h;
-        r
-    };
-    let header = take(&mut y, 1);
-    let gpus = take(&mut y, gpu_height);
-    let fixed_after = findings + 1;
-    let body_h = (full.y + full.height)
-        .saturating_sub(y)
-        .saturating_sub(fixed_after);
-    let body = take(&mut y, body_h);
-    let findings = take(&mut y, findings);
-    let footer = take(&mut y, 1);
-    Areas {
-        header,
-        gpus,
-        body,
-        findings,
-        footer,
-    }
-}
-
-fn full_area(state: &UiState) -> Rect {
-    Rect::new(0, 0, state.size.0, state.size.1)
-}
-
-/// Rows of processes the table shows at the current size.
-pub fn table_rows(state: &UiState) -> usize {
-    usize::from(table_body(state).height)
-}
-
-/// Where the table's process rows are drawn (below its header line, above the unattributed
-/// rows), now.
-pub fn table_body(state: &UiState) -> Rect {
-    table_body_at(state, std::time::Instant::now())
-}
-
-/// The same at a given moment (staleness adds a findings line).
-pub fn table_body_at(state: &UiState, mono: std::time::Instant) -> Rect {
-    let body = areas(state, full_area(state), mono).body;
-    let reserved = 1 + body::unattributed_rows(state).len() as u16;
-    Rect::new(
-        body.x,
-        body.y + 1.min(body.height),
-        body.width,
-        body.height.saturating_sub(reserved),
-    )
-}
-
 /// Draws the whole screen.
 pub fn render(f: &mut Frame<'_>, state: &UiState, ctx: &Context) {
     let full = f.area();
-    let a = areas(state, full, ctx.mono);
+    let a = layout::compute(full, state.shown_parts(ctx.mono));
     header::render(f, a.header, state, ctx);
-    gpus::render(f, a.gpus, state, ctx, gpu_grid(state, full));
+    gpus::render(f, a.gpus, state, ctx, a.grid);
     match &state.view {
-        View::Table => body::render_table(f, a.body, state, ctx),
+        View::Table => body::render_table(f, a.body, a.table_rows, state, ctx),
         View::Tree => body::render_tree(f, a.body, state, ctx),
         View::Detail(key) => detail::render(f, a.body, state, ctx, key),
         View::Chart { gpu } => detail::render_chart(f, a.body, state, ctx, gpu),

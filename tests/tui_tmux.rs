@@ -544,3 +544,69 @@ fn the_mouse_and_page_down_follow_the_rows_on_screen() {
     t.keys(&["q"]);
     t.wait_for("exit", |s| s.contains("EXITED rc=0"));
 }
+
+/// The foreground colour (SGR 30–37) in force where `needle` starts on a `capture-pane -e`
+/// screen, as `3N` (tmux writes attribute changes only; a line starts from the defaults; a
+/// basic colour may come as 256-colour index N, `38;5;N`).
+fn colour_at(styled: &str, needle: &str) -> Option<String> {
+    let line = styled.lines().find(|l| l.contains(needle))?;
+    let before = &line[..line.find(needle)?];
+    let mut fg = None;
+    for seq in before.split("\x1b[").skip(1) {
+        let Some((params, _)) = seq.split_once('m') else {
+            continue;
+        };
+        let params: Vec<&str> = params.split(';').collect();
+        let mut i = 0;
+        while i < params.len() {
+            match params[i] {
+                "" | "0" | "39" => fg = None,
+                "38" if params.get(i + 1) == Some(&"5") => {
+                    fg = params.get(i + 2).map(|n| format!("3{n}"));
+                    i += 2;
+                }
+                p if p.len() == 2 && p.starts_with('3') => fg = Some(p.to_string()),
+                _ => {}
+            }
+            i += 1;
+        }
+    }
+    fg
+}
+
+#[test]
+fn the_detect_thresholds_of_the_config_file_colour_the_dashboards_memory() {
+    let sc = ScenarioFile::new(
+        "[clock]\nfreeze = 5.0\n[[gpu]]\nmemory_total = \"100GiB\"\nmemory_reserved = \"0GiB\"\n\
+         base_used = \"0GiB\"\n[[gpu.process]]\npid = 3999100\nused = \"65GiB\"\nsm = 50\n",
+    );
+    let config = sc.dir.path().join("levels.toml");
+    std::fs::write(
+        &config,
+        "[detect]\nnear-capacity-warn = 60\nnear-capacity-critical = 80\n",
+    )
+    .expect("config");
+    let colour = |name: &str, extra: &str| {
+        let script = format!(
+            "unset NO_COLOR; export GPUWATCH_NVML_LIB='{}'; export FAKE_NVML_SCENARIO='{}'; \
+             '{}' --color always --interval 200ms {extra}; echo \"EXITED rc=$?\"; sleep 60",
+            fake_nvml().display(),
+            sc.path.display(),
+            gpuwatch_bin()
+        );
+        let t = Tmux::session(name, (120, 30), None, Duration::from_secs(10), &script);
+        t.wait_for("the GPU", |s| {
+            s.contains("65.0GiB/100.0GiB") && s.contains("q quit")
+        });
+        let styled = t.tmux(&["capture-pane", "-e", "-p", "-t", "t"]);
+        t.keys(&["q"]);
+        t.wait_for("exit", |s| s.contains("EXITED rc=0"));
+        colour_at(&styled, "65.0GiB/100.0GiB")
+    };
+    // 65 % is ok (green) at the defaults (warn at 90 %), a warning (yellow) at 60 %.
+    assert_eq!(colour("levels-default", "").as_deref(), Some("32"));
+    assert_eq!(
+        colour("levels-config", &format!("--config '{}'", config.display())).as_deref(),
+        Some("33")
+    );
+}

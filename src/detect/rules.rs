@@ -289,10 +289,11 @@ fn source_health(input: &Input<'_>, out: &mut Vec<Finding>) {
 fn near_capacity(input: &Input<'_>, r: &Rules, g: &GpuSample, h: &GpuHistory) -> Option<Finding> {
     let fid = id(RuleKind::NearCapacity, g, None);
     let open = input.open.contains_key(&fid);
+    // The lines are the memory levels every front end colours by.
+    let levels = super::MemLevels::from(r);
+    let level = |used: u64, total: u64, free: u64| levels.level(used, total, Some(free));
     let hot = |used: u64, total: u64, free: u64| {
-        total > 0
-            && (used as f64 / total as f64 >= r.near_capacity_warn
-                || free < r.near_capacity_headroom)
+        level(used, total, free).is_some_and(|l| l >= super::MemLevel::Warning)
     };
     let latest = h.latest()?;
     let (used, total) = (latest.used?, latest.total?);
@@ -317,7 +318,7 @@ fn near_capacity(input: &Input<'_>, r: &Rules, g: &GpuSample, h: &GpuHistory) ->
     if !holds {
         return None;
     }
-    let severity = if ratio >= r.near_capacity_critical {
+    let severity = if level(used, total, free) == Some(super::MemLevel::Critical) {
         Severity::Critical
     } else {
         Severity::Warning

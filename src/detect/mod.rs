@@ -3,6 +3,7 @@
 //! `evaluate(&History, &Sample, &Rules, …) -> Vec<Finding>` is pure; [`Detector`] keeps the
 //! open findings and turns each evaluation into `Opened` / `Updated` / `Resolved` events.
 
+pub mod bench;
 pub mod finding;
 pub mod rules;
 

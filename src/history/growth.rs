@@ -7,8 +7,9 @@
 //! 1 Hz and 4 Hz sampling see the same shape) and it ramps when all of these hold:
 //! - it rises at least at the minimum rate, the newest third still rising (a staircase of
 //!   three parts whose medians each rise — [`staircase`]);
-//! - at least a third of the increments rise: a model load, ranks starting, a checkpoint
-//!   reload or a JAX preallocation is a few steps between plateaus;
+//! - most increments rise, the rising ones spread over at least half of the window, and the
+//!   newest quarter still rises: a model load, ranks starting, a checkpoint reload or a JAX
+//!   preallocation is a few steps between plateaus, then a plateau;
 //! - the two largest increments carry at most 60 % of the rise (beyond the noise of the
 //!   increments), unless three quarters of the increments rise and the rise without those two
 //!   is a ramp by itself (a leak that an intruder's allocation lands on).
@@ -204,8 +205,9 @@ fn rate_of(points: &[(f64, f64)]) -> Option<f64> {
     slope_bytes_per_s(&destep(points))
 }
 
-/// `points` with the one increment that carries more than half of the rise (a step: an
-/// intruder's allocation on top of a ramp) taken out: the points after it are lowered by it,
+/// `points` with the one increment of at least 1 GiB that carries more than half of the rise
+/// (a step: an intruder's allocation on top of a ramp; noise on a slow ramp is not one) taken
+/// out: the points after it are lowered by it,
 /// less one typical increment (the ramp went on while it happened).
 fn destep(points: &[(f64, f64)]) -> std::borrow::Cow<'_, [(f64, f64)]> {
     let (Some(first), Some(last)) = (points.first(), points.last()) else {
@@ -218,7 +220,7 @@ fn destep(points: &[(f64, f64)]) -> std::borrow::Cow<'_, [(f64, f64)]> {
         .map(|(i, w)| (i + 1, w[1].1 - w[0].1))
         .max_by(|a, b| a.1.total_cmp(&b.1));
     match top {
-        Some((i, step)) if rise > 0.0 && step > 0.5 * rise && points.len() >= 4 => {
+        Some((i, step)) if step >= DROP_MIN && step > 0.5 * rise && points.len() >= 4 => {
             let typical = (rise - step) / (points.len() - 2) as f64;
             points
                 .iter()
@@ -273,8 +275,16 @@ fn ramps(points: &[(f64, f64)], min_rate: f64, noise: f64) -> bool {
     if n < 2 {
         return false;
     }
-    let rising = inc.iter().filter(|&&d| d > noise).count();
-    if rising * 3 < n {
+    // Most increments rise, spread over at least half of the window, and the newest quarter
+    // still rises: a load is a few steps between plateaus, then a plateau.
+    let rises = |d: &f64| *d > noise;
+    let rising = inc.iter().filter(|d| rises(d)).count();
+    let first_rise = inc.iter().position(rises).unwrap_or(n);
+    let last_rise = inc.iter().rposition(rises).unwrap_or(0);
+    if rising * 2 < n
+        || (last_rise + 1).saturating_sub(first_rise) * 2 < n
+        || !inc[n - (n / 4).max(1)..].iter().any(rises)
+    {
         return false;
     }
     let mut sorted = inc.clone();
@@ -301,8 +311,9 @@ fn median(v: &mut [f64]) -> f64 {
 }
 
 /// The rate over the longest window (2×, 4×, 8× the filling window, within the points) whose
-/// two halves ramp at rates within 25 % of each other and of `short` (the window's rate);
-/// `short` when none does.
+/// two halves ramp at rates within 50 % of each other: loose enough for noise on a slow ramp
+/// (whose short-window rate is noisy: it is not compared), tight enough to refuse a plateau or
+/// a load before a fast ramp. `short` when none does.
 fn refine(points: &[(f64, f64)], window: f64, short: f64) -> f64 {
     let Some(&(at, _)) = points.last() else {
         return short;
@@ -326,8 +337,8 @@ fn refine(points: &[(f64, f64)], window: f64, short: f64) -> f64 {
         ) else {
             break;
         };
-        let close = |x: f64, y: f64| (x - y).abs() <= 0.25 * x.abs().max(y.abs());
-        if a > 0.0 && b > 0.0 && close(a, b) && close(all, short) {
+        let close = |x: f64, y: f64| (x - y).abs() <= 0.5 * x.abs().max(y.abs());
+        if a > 0.0 && b > 0.0 && close(a, b) && close(all, a.max(b)) {
             best = all;
         } else {
             break;

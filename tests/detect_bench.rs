@@ -90,6 +90,17 @@ mod holdout2 {
     );
 }
 
+/// Written after cases of both earlier holdout sets had prompted changes, before the last of
+/// them: never tuned on.
+mod holdout3 {
+    use super::check;
+    cases!("holdout3":
+        loads_2s_apart_a100 => "loads-2s-apart-a100",
+        leak_every_2s_h200 => "leak-every-2s-h200",
+        leak_then_freed_16g => "leak-then-freed-16g",
+    );
+}
+
 /// Every bench file is one of the tests above (a file added without a test would be skipped).
 #[test]
 fn every_bench_file_is_a_test() {

@@ -309,6 +309,11 @@ fn filling_up(input: &Input<'_>, r: &Rules, g: &GpuSample, h: &GpuHistory) -> Op
         growth::window_points(h.unattributed_series().map(|(t, u)| (t, u as f64)), from);
     let unattributed_grows =
         series_growth(&unattributed, None, &process_test(r)).is_some_and(|u| u.ramping);
+    // Opening also needs someone whose own memory ramps: processes that each loaded once
+    // (ranks or workers starting one after another) add up to a rise that is not a trend.
+    if !open && drivers.is_empty() && !unattributed_grows {
+        return None;
+    }
     let mut why: Vec<String> = drivers
         .iter()
         .take(3)

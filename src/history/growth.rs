@@ -7,8 +7,8 @@
 //! 1 Hz and 4 Hz sampling see the same shape) and it ramps when all of these hold:
 //! - it rises at least at the minimum rate, the newest third still rising (a staircase of
 //!   three parts whose medians each rise — [`staircase`]);
-//! - most increments rise, the rising ones spread over at least half of the window, and the
-//!   newest quarter still rises: a model load, ranks starting, a checkpoint reload or a JAX
+//! - most increments rise, the rising ones spread over at least half of the window with no
+//!   plateau longer than a fifth of it since the first, and the newest quarter still rises: a model load, ranks starting, a checkpoint reload or a JAX
 //!   preallocation is a few steps between plateaus, then a plateau;
 //! - the two largest increments carry at most 60 % of the rise (beyond the noise of the
 //!   increments), unless three quarters of the increments rise and the rise without those two
@@ -284,9 +284,17 @@ fn ramps(points: &[(f64, f64)], min_rate: f64, noise: f64) -> bool {
     let rising = inc.iter().filter(|d| rises(d)).count();
     let first_rise = inc.iter().position(rises).unwrap_or(n);
     let last_rise = inc.iter().rposition(rises).unwrap_or(0);
+    // Since the first rise, no plateau longer than a fifth of the window (at least 2
+    // increments): loads one after another are steps between plateaus.
+    let longest_gap = inc[first_rise.min(n)..]
+        .split(|d| rises(d))
+        .map(<[f64]>::len)
+        .max()
+        .unwrap_or(0);
     if rising * 2 < n
         || (last_rise + 1).saturating_sub(first_rise) * 2 < n
         || !inc[n - (n / 4).max(1)..].iter().any(rises)
+        || longest_gap > (n / 5).max(2)
     {
         return false;
     }

@@ -278,8 +278,13 @@ fn ramps(points: &[(f64, f64)], min_rate: f64, noise: f64) -> bool {
     // Most increments rise, spread over at least half of the window, and the newest quarter
     // still rises: a load is a few steps between plateaus, then a plateau.
     // An increment rises when it is above the noise and at least half an even share of the
-    // rise: a 300 MiB context created before a 20 GiB load is not part of a ramp.
-    let floor = noise.max(rise / (2 * n) as f64);
+    // rise (an intruder's step taken out): a 300 MiB context created before a 20 GiB load is
+    // not part of a ramp.
+    let even = {
+        let d = destep(points);
+        d.last().map_or(rise, |l| l.1 - d[0].1)
+    };
+    let floor = noise.max(even / (2 * n) as f64);
     let rises = |d: &f64| *d > floor;
     let rising = inc.iter().filter(|d| rises(d)).count();
     let first_rise = inc.iter().position(rises).unwrap_or(n);

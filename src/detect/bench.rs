@@ -18,6 +18,7 @@
 //! rule = "filling-up"
 //! gpu = 0                   # NVML index (optional)
 //! opens_between = [20, 35]  # opens in this window (scenario seconds), never before
+//! # delay_from = 22         # the detection delay is measured from here (default: 20)
 //! full_at = 73.8            # when the GPU fills (the truth for the time to full)
 //! eta_within = 0.2          # predicted time to full within ±20 % of the truth…
 //! # eta_between = [35, 70] # …over this window (default: 15 s after the opening window
@@ -75,6 +76,8 @@ pub struct Expect {
     pub gpu: Option<u32>,
     pub pid: Option<u32>,
     pub opens_between: [f64; 2],
+    /// What the detection delay is measured from (default: the opening window's start).
+    pub delay_from: Option<f64>,
     pub full_at: Option<f64>,
     pub eta_within: Option<f64>,
     pub eta_between: Option<[f64; 2]>,
@@ -380,7 +383,7 @@ fn score_expect(case: &Case, run: &Run, e: &Expect) -> Outcome {
         )),
         Some(obs) if obs.t <= b => {
             o.detected = true;
-            o.delay = Some(obs.t - a);
+            o.delay = Some(obs.t - e.delay_from.unwrap_or(a));
         }
         Some(obs) => o.problems.push(format!(
             "opened late, at t = {:.2} s (expected between {a} and {b} s)",

@@ -164,8 +164,9 @@ pub fn series_growth(
         && at - since >= window * 0.5
         && rate >= test.min_rate
         && ramps(anchored, test.min_rate, test.noise);
-    // A steady ramp further back than the window, with no re-anchoring drop: refine the rate.
-    let rate = if anchor == 0 && rate > 0.0 {
+    // A steady ramp further back than the window, with no re-anchoring drop: refine the rate
+    // (only for a rate that matters: most series are flat, and this is per GPU and process).
+    let rate = if anchor == 0 && rate >= test.min_rate / 2.0 {
         refine(points, window, rate)
     } else {
         rate
@@ -267,7 +268,7 @@ fn ramps(points: &[(f64, f64)], min_rate: f64, noise: f64) -> bool {
     };
     let rise = last.1 - first.1;
     let span = last.0 - first.0;
-    if rise <= 0.0 || span <= 0.0 || !staircase(&destep(points), 3, noise) {
+    if rise <= 0.0 || span <= 0.0 {
         return false;
     }
     let inc = increments(points);
@@ -275,15 +276,12 @@ fn ramps(points: &[(f64, f64)], min_rate: f64, noise: f64) -> bool {
     if n < 2 {
         return false;
     }
+    let destepped = destep(points);
     // Most increments rise, spread over at least half of the window, and the newest quarter
-    // still rises: a load is a few steps between plateaus, then a plateau.
-    // An increment rises when it is above the noise and at least half an even share of the
-    // rise (an intruder's step taken out): a 300 MiB context created before a 20 GiB load is
-    // not part of a ramp.
-    let even = {
-        let d = destep(points);
-        d.last().map_or(rise, |l| l.1 - d[0].1)
-    };
+    // still rises: a load is a few steps between plateaus, then a plateau. An increment rises
+    // when it is above the noise and at least half an even share of the rise (an intruder's
+    // step taken out): a 300 MiB context created before a 20 GiB load is not part of a ramp.
+    let even = destepped.last().map_or(rise, |l| l.1 - destepped[0].1);
     let floor = noise.max(even / (2 * n) as f64);
     let rises = |d: &f64| *d > floor;
     let rising = inc.iter().filter(|d| rises(d)).count();
@@ -300,12 +298,23 @@ fn ramps(points: &[(f64, f64)], min_rate: f64, noise: f64) -> bool {
         || (last_rise + 1).saturating_sub(first_rise) * 2 < n
         || !inc[n - (n / 4).max(1)..].iter().any(rises)
         || longest_gap > (n / 5).max(2)
+        || !staircase(&destepped, 3, noise)
     {
         return false;
     }
-    let mut sorted = inc.clone();
-    sorted.sort_by(|a, b| b.total_cmp(a));
-    let top2 = sorted[0].max(0.0) + sorted[1].max(0.0);
+    // The two largest increments, in one pass.
+    let (mut a, mut b) = (f64::NEG_INFINITY, f64::NEG_INFINITY);
+    for &d in &inc {
+        if d > a {
+            (a, b) = (d, a);
+        } else if d > b {
+            b = d;
+        }
+    }
+    let top2 = a.max(0.0) + b.max(0.0);
+    if top2 <= 0.6 * rise {
+        return true;
+    }
     // The spread of the increments (twice their median absolute deviation): noise on a slow
     // ramp makes its largest increments large without being steps.
     let mut mid = inc.clone();

@@ -1,7 +1,7 @@
 //! The detection benchmark, then the detector's cost. Run: `cargo bench --bench detect`.
 //!
 //! First, ONE table over every bench file under tests/fixtures/detect (tune and holdout sets)
-//! at 1 Hz and 4 Hz, through `gpuwatch::detect::bench` (the harness tests/detect_bench.rs
+//! at 1 Hz and 4 Hz, through `gpuwatch::detect::bench` (the harness `tests/detect_bench.rs`
 //! uses): per rule, expectations met, false positives, detection delay, time-to-full error and
 //! time to resolve; then each failure. `GPUWATCH_BENCH_TABLE_ONLY=1` stops there.
 //!
@@ -95,6 +95,23 @@ fn bench_case(c: &mut Criterion, leak_every: usize, name: &str) {
     c.bench_function(name, |b| {
         b.iter(|| evaluate(&input, &rules));
     });
+    if leak_every == 16 {
+        // What a front end's growth columns cost per frame: the one growth estimate of every
+        // GPU and every process.
+        c.bench_function("gpu_growth + process_growth, 8 GPUs x 64 processes", |b| {
+            b.iter(|| {
+                let gpus = history
+                    .gpus()
+                    .filter_map(|(_, h)| gpuwatch::history::gpu_growth(h, &rules))
+                    .count();
+                let procs = history
+                    .processes()
+                    .filter_map(|(_, ph)| gpuwatch::history::process_growth(ph, &rules))
+                    .count();
+                (gpus, procs)
+            });
+        });
+    }
 }
 
 fn table() {

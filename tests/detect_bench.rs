@@ -127,7 +127,11 @@ fn a_bad_bench_file_is_refused_clearly() {
     };
     let gpu = "[[gpu]]\nmemory_total = \"1GiB\"\n";
     let cases = [
-        ("no-duration.toml", format!("[[forbid]]\nrule = \"filling-up\"\n{gpu}"), "duration"),
+        (
+            "no-duration.toml",
+            format!("[[forbid]]\nrule = \"filling-up\"\n{gpu}"),
+            "duration",
+        ),
         (
             "bad-rule.toml",
             format!("[bench]\nduration = 5\n[[forbid]]\nrule = \"filling\"\n{gpu}"),
@@ -135,10 +139,16 @@ fn a_bad_bench_file_is_refused_clearly() {
         ),
         (
             "typo.toml",
-            format!("[bench]\nduration = 5\n[[expect]]\nrule = \"filling-up\"\nopens_between = [0, 1]\neta = 0.2\n{gpu}"),
+            format!(
+                "[bench]\nduration = 5\n[[expect]]\nrule = \"filling-up\"\nopens_between = [0, 1]\neta = 0.2\n{gpu}"
+            ),
             "eta",
         ),
-        ("nothing.toml", format!("[bench]\nduration = 5\n{gpu}"), "test nothing"),
+        (
+            "nothing.toml",
+            format!("[bench]\nduration = 5\n{gpu}"),
+            "test nothing",
+        ),
         (
             "no-rec.toml",
             "[bench]\nrecording = \"nope.jsonl\"\n[[forbid]]\nrule = \"filling-up\"\n".to_string(),
@@ -146,7 +156,9 @@ fn a_bad_bench_file_is_refused_clearly() {
         ),
     ];
     for (name, text, needle) in cases {
-        let err = bench::load(&write(name, &text)).err().unwrap_or_else(|| panic!("{name} accepted"));
+        let err = bench::load(&write(name, &text))
+            .err()
+            .unwrap_or_else(|| panic!("{name} accepted"));
         assert!(err.contains(name) && err.contains(needle), "{name}: {err}");
     }
 }

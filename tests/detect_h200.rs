@@ -193,7 +193,8 @@ fn intruder_raises_external_pressure_and_the_leak_raises_filling_up() {
 fn a_model_load_opens_nothing_and_a_mostly_free_gpu_is_never_critical() {
     let rec = recording("leak-to-oom.recording.jsonl");
     for every in [4, 1] {
-        let mut history = gpuwatch::detect::compact_history(Duration::from_mins(10), &Rules::default());
+        let mut history =
+            gpuwatch::detect::compact_history(Duration::from_mins(10), &Rules::default());
         let mut detector = Detector::new(Rules::default());
         let t0 = rec.samples[0].taken_at;
         let mut critical_seen = false;
@@ -220,13 +221,21 @@ fn a_model_load_opens_nothing_and_a_mostly_free_gpu_is_never_critical() {
                         f.summary
                     );
                     if f.severity == gpuwatch::detect::Severity::Critical {
-                        assert!(used >= 0.5, "t = {t:.2} s: critical at {:.0} % used: {}", used * 100.0, f.summary);
+                        assert!(
+                            used >= 0.5,
+                            "t = {t:.2} s: critical at {:.0} % used: {}",
+                            used * 100.0,
+                            f.summary
+                        );
                         critical_seen = true;
                     }
                 }
             }
         }
-        assert!(critical_seen, "every {every} samples: critical once the GPU is half full and minutes from full");
+        assert!(
+            critical_seen,
+            "every {every} samples: critical once the GPU is half full and minutes from full"
+        );
     }
 }
 
@@ -238,10 +247,15 @@ fn filling_critical_used_from_a_config_file_changes_the_severity() {
     let path = dir.path().join("config.toml");
     let severity_at_40_percent = |text: &str| {
         std::fs::write(&path, text).unwrap();
-        let config = gpuwatch::config::load(Some(&path), &Default::default(), &|_| None)
-            .expect("config loads");
+        let config = gpuwatch::config::load(
+            Some(&path),
+            &gpuwatch::config::Overrides::default(),
+            &|_| None,
+        )
+        .expect("config loads");
         let case = gpuwatch::detect::bench::load(
-            &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/detect/tune/h200-leak-to-oom-ramp.toml"),
+            &Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/fixtures/detect/tune/h200-leak-to-oom-ramp.toml"),
         )
         .unwrap();
         let run = gpuwatch::detect::bench::feed(&case, Duration::from_secs(1), &config.detect);

@@ -102,8 +102,15 @@ pub struct Forbid {
 
 /// Where a case's samples come from.
 enum Feed {
-    Scenario { source: ScriptedSource, duration: f64 },
-    Recording { samples: Vec<Sample>, from: f64, until: f64 },
+    Scenario {
+        source: Box<ScriptedSource>,
+        duration: f64,
+    },
+    Recording {
+        samples: Vec<Sample>,
+        from: f64,
+        until: f64,
+    },
 }
 
 /// A bench file read.
@@ -155,35 +162,32 @@ pub fn load(path: &Path) -> Result<Case, String> {
             "bench file '{shown}' has no [[expect]] and no [[forbid]]: it would test nothing"
         ));
     }
-    let feed = match &bench.recording {
-        Some(rec) => {
-            let dir = path.parent().unwrap_or(Path::new("."));
-            let rec = Recording::read(dir.join(rec))
-                .map_err(|e| format!("bench file '{shown}': recording: {e}"))?;
-            Feed::Recording {
-                samples: rec.samples,
-                from: bench.from.unwrap_or(0.0),
-                until: bench.until.unwrap_or(f64::INFINITY),
-            }
+    let feed = if let Some(rec) = &bench.recording {
+        let dir = path.parent().unwrap_or(Path::new("."));
+        let rec = Recording::read(dir.join(rec))
+            .map_err(|e| format!("bench file '{shown}': recording: {e}"))?;
+        Feed::Recording {
+            samples: rec.samples,
+            from: bench.from.unwrap_or(0.0),
+            until: bench.until.unwrap_or(f64::INFINITY),
         }
-        None => {
-            let duration = bench
-                .duration
-                .filter(|d| d.is_finite() && *d > 0.0 && *d <= 86_400.0)
-                .ok_or_else(|| {
-                    format!(
-                        "bench file '{shown}': [bench] duration: expected seconds from 0 to 86400 \
+    } else {
+        let duration = bench
+            .duration
+            .filter(|d| d.is_finite() && *d > 0.0 && *d <= 86_400.0)
+            .ok_or_else(|| {
+                format!(
+                    "bench file '{shown}': [bench] duration: expected seconds from 0 to 86400 \
                          (or a recording)"
-                    )
-                })?;
-            let scenario = scenario::Scenario::parse(
-                &toml::to_string(&table).map_err(|e| format!("bench file '{shown}': {e}"))?,
-            )
-            .map_err(|e| format!("bench file '{shown}': {e}"))?;
-            Feed::Scenario {
-                source: ScriptedSource::new(scenario, &shown.to_string()),
-                duration,
-            }
+                )
+            })?;
+        let scenario = scenario::Scenario::parse(
+            &toml::to_string(&table).map_err(|e| format!("bench file '{shown}': {e}"))?,
+        )
+        .map_err(|e| format!("bench file '{shown}': {e}"))?;
+        Feed::Scenario {
+            source: Box::new(ScriptedSource::new(scenario, &shown.to_string())),
+            duration,
         }
     };
     Ok(Case {
@@ -299,7 +303,11 @@ pub fn trace(
                 if t < *from || t >= *until || t < next - step / 4.0 {
                     continue;
                 }
-                next = if t >= next + step { t + step } else { next + step };
+                next = if t >= next + step {
+                    t + step
+                } else {
+                    next + step
+                };
                 one(t, s);
             }
         }
@@ -365,132 +373,154 @@ fn outcome(case: &Case, run: &Run, rule: RuleKind, kind: &'static str) -> Outcom
     }
 }
 
-fn score_expect(case: &Case, run: &Run, e: &Expect) -> Outcome {
-    let mut o = outcome(case, run, e.rule, "expect");
+fn score_expect(case: &Case, run: &Run, exp: &Expect) -> Outcome {
+    let mut out = outcome(case, run, exp.rule, "expect");
     let find = |obs: &Observation| {
         obs.open
             .iter()
-            .find(|f| matches(f, e.rule, e.gpu, e.pid))
+            .find(|f| matches(f, exp.rule, exp.gpu, exp.pid))
             .cloned()
     };
-    let [a, b] = e.opens_between;
-    let first = run.observations.iter().find(|obs| find(obs).is_some());
-    match first {
-        Some(obs) if obs.t < a => o.problems.push(format!(
-            "opened early, at t = {:.2} s (expected from {a} s): {}",
+    check_opening(run, exp, &find, &mut out);
+    check_eta(run, exp, &find, &mut out);
+    check_names(run, exp, &find, &mut out);
+    check_resolve(run, exp, &find, &mut out);
+    out.passed = out.problems.is_empty();
+    out
+}
+
+type Find<'a> = dyn Fn(&Observation) -> Option<Finding> + 'a;
+
+/// Opens in its window and never before; at most `max_openings` times.
+fn check_opening(run: &Run, exp: &Expect, find: &Find<'_>, out: &mut Outcome) {
+    let [lo, hi] = exp.opens_between;
+    match run.observations.iter().find(|obs| find(obs).is_some()) {
+        Some(obs) if obs.t < lo => out.problems.push(format!(
+            "opened early, at t = {:.2} s (expected from {lo} s): {}",
             obs.t,
             find(obs).map(|f| f.summary).unwrap_or_default()
         )),
-        Some(obs) if obs.t <= b => {
-            o.detected = true;
-            o.delay = Some(obs.t - e.delay_from.unwrap_or(a));
+        Some(obs) if obs.t <= hi => {
+            out.detected = true;
+            out.delay = Some(obs.t - exp.delay_from.unwrap_or(lo));
         }
-        Some(obs) => o.problems.push(format!(
-            "opened late, at t = {:.2} s (expected between {a} and {b} s)",
+        Some(obs) => out.problems.push(format!(
+            "opened late, at t = {:.2} s (expected between {lo} and {hi} s)",
             obs.t
         )),
-        None => o
+        None => out
             .problems
-            .push(format!("never opened (expected between {a} and {b} s)")),
+            .push(format!("never opened (expected between {lo} and {hi} s)")),
     }
-    if let Some(max) = e.max_openings {
+    if let Some(max) = exp.max_openings {
         let n = run
             .events
             .iter()
             .filter(|(_, ev)| {
-                matches!(ev, FindingEvent::Opened(_)) && matches(ev.finding(), e.rule, e.gpu, e.pid)
+                matches!(ev, FindingEvent::Opened(_))
+                    && matches(ev.finding(), exp.rule, exp.gpu, exp.pid)
             })
             .count();
         if n > max {
-            o.problems
+            out.problems
                 .push(format!("opened {n} times (at most {max}: it flaps)"));
         }
     }
-    if let (Some(within), Some(full_at)) = (e.eta_within, e.full_at) {
-        let [from, until] = e.eta_between.unwrap_or([a + 15.0, full_at - 3.0]);
-        let mut missing = None;
-        for obs in run
-            .observations
-            .iter()
-            .filter(|o| o.t >= from && o.t <= until)
-        {
-            let truth = full_at - obs.t;
-            match find(obs).and_then(|f| f.time_to_full_s) {
-                Some(p) if truth > 0.0 => o.eta_errors.push(((p - truth) / truth).abs()),
-                Some(_) => {}
-                None => {
-                    missing.get_or_insert(obs.t);
-                }
+}
+
+/// The predicted time to full against the truth, over its window.
+fn check_eta(run: &Run, exp: &Expect, find: &Find<'_>, out: &mut Outcome) {
+    let (Some(within), Some(full_at)) = (exp.eta_within, exp.full_at) else {
+        return;
+    };
+    let [from, until] = exp
+        .eta_between
+        .unwrap_or([exp.opens_between[0] + 15.0, full_at - 3.0]);
+    let mut missing = None;
+    for obs in run
+        .observations
+        .iter()
+        .filter(|o| o.t >= from && o.t <= until)
+    {
+        let truth = full_at - obs.t;
+        match find(obs).and_then(|f| f.time_to_full_s) {
+            Some(p) if truth > 0.0 => out.eta_errors.push(((p - truth) / truth).abs()),
+            Some(_) => {}
+            None => {
+                missing.get_or_insert(obs.t);
             }
         }
-        if let Some(t) = missing {
-            o.problems.push(format!(
-                "no time to full at t = {t:.2} s (judged from {from} to {until} s)"
-            ));
-        }
-        let worst = o.eta_errors.iter().copied().fold(0.0, f64::max);
-        if worst > within {
-            o.problems.push(format!(
-                "time to full off by up to {:.0} % (allowed ±{:.0} %)",
-                worst * 100.0,
-                within * 100.0
-            ));
-        }
     }
+    if let Some(t) = missing {
+        out.problems.push(format!(
+            "no time to full at t = {t:.2} s (judged from {from} to {until} s)"
+        ));
+    }
+    let worst = out.eta_errors.iter().copied().fold(0.0, f64::max);
+    if worst > within {
+        out.problems.push(format!(
+            "time to full off by up to {:.0} % (allowed ±{:.0} %)",
+            worst * 100.0,
+            within * 100.0
+        ));
+    }
+}
+
+/// Who it names, and how severe it gets.
+fn check_names(run: &Run, exp: &Expect, find: &Find<'_>, out: &mut Outcome) {
     let named: std::collections::BTreeSet<u32> = run
         .observations
         .iter()
         .filter_map(find)
         .flat_map(|f| f.culprits.into_iter().map(|c| c.pid))
         .collect();
-    if let Some(c) = e.culprit
+    if let Some(c) = exp.culprit
         && !named.contains(&c)
     {
-        o.problems
+        out.problems
             .push(format!("never named pid {c} (named: {named:?})"));
     }
-    for c in &e.not_culprit {
+    for c in &exp.not_culprit {
         if named.contains(c) {
-            o.problems.push(format!("named pid {c}, which it must not"));
+            out.problems
+                .push(format!("named pid {c}, which it must not"));
         }
     }
-    if let Some(max) = e.max_severity
+    if let Some(max) = exp.max_severity
         && let Some(f) = run
             .observations
             .iter()
             .filter_map(find)
             .find(|f| f.severity > max)
     {
-        o.problems.push(format!(
-            "was {} (at most {max}): {}",
-            f.severity, f.summary
-        ));
+        out.problems
+            .push(format!("was {} (at most {max}): {}", f.severity, f.summary));
     }
-    if let (Some(after), Some(k)) = (e.resolve_after, e.resolves_within_samples) {
-        let start = run.observations.partition_point(|obs| obs.t < after);
-        let resolved = run.observations[start..]
-            .iter()
-            .position(|obs| find(obs).is_none());
-        o.resolve_samples = resolved.map(|i| i + 1);
-        match resolved {
-            Some(i) if i < k => {}
-            Some(i) => o.problems.push(format!(
-                "resolved only {} samples after t = {after} s (at most {k}): still said {}",
-                i + 1,
-                run.observations[start + i - 1]
-                    .open
-                    .iter()
-                    .find(|f| matches(f, e.rule, e.gpu, e.pid))
-                    .map(|f| f.summary.clone())
-                    .unwrap_or_default()
-            )),
-            None => o
-                .problems
-                .push(format!("never resolved after t = {after} s")),
-        }
+}
+
+/// Resolved by the n-th sample from `resolve_after` on.
+fn check_resolve(run: &Run, exp: &Expect, find: &Find<'_>, out: &mut Outcome) {
+    let (Some(after), Some(k)) = (exp.resolve_after, exp.resolves_within_samples) else {
+        return;
+    };
+    let start = run.observations.partition_point(|obs| obs.t < after);
+    let resolved = run.observations[start..]
+        .iter()
+        .position(|obs| find(obs).is_none());
+    out.resolve_samples = resolved.map(|i| i + 1);
+    match resolved {
+        Some(i) if i < k => {}
+        Some(i) => out.problems.push(format!(
+            "resolved only {} samples after t = {after} s (at most {k}): still said {}",
+            i + 1,
+            find(&run.observations[start + i - 1])
+                .map(|f| f.summary)
+                .unwrap_or_default()
+        )),
+        None => out
+            .problems
+            .push(format!("never resolved after t = {after} s")),
     }
-    o.passed = o.problems.is_empty();
-    o
 }
 
 fn score_forbid(case: &Case, run: &Run, f: &Forbid) -> Outcome {
@@ -506,12 +536,16 @@ fn score_forbid(case: &Case, run: &Run, f: &Forbid) -> Outcome {
                 && matches(ev.finding(), f.rule, f.gpu, f.pid)
         })
         .count();
-    let first = run.observations.iter().filter(|obs| inside(obs.t)).find_map(|obs| {
-        obs.open
-            .iter()
-            .find(|x| matches(x, f.rule, f.gpu, f.pid))
-            .map(|x| (obs.t, x.summary.clone(), x.severity))
-    });
+    let first = run
+        .observations
+        .iter()
+        .filter(|obs| inside(obs.t))
+        .find_map(|obs| {
+            obs.open
+                .iter()
+                .find(|x| matches(x, f.rule, f.gpu, f.pid))
+                .map(|x| (obs.t, x.summary.clone(), x.severity))
+        });
     if let Some((t, summary, severity)) = first {
         o.false_positives = opened.max(1);
         o.problems.push(format!(

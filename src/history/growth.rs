@@ -158,6 +158,21 @@ pub fn series_growth(
     let anchor = reanchor(recent);
     let anchored = &recent[anchor..];
     let since = anchored.first()?.0;
+    // Flat within the noise (most processes, most of the time): no slope to compute.
+    let (low, high) = anchored
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), p| {
+            (l.min(p.1), h.max(p.1))
+        });
+    if high - low <= test.noise {
+        return Some(Growth {
+            rate: 0.0,
+            ramping: false,
+            time_to_full: None,
+            since,
+            at,
+        });
+    }
     // One point after a drop: no rate yet (and no ramp).
     let rate = rate_of(anchored).unwrap_or(0.0);
     let ramping = anchored.len() >= 3
@@ -526,6 +541,13 @@ mod tests {
                 g.rate / GIB
             );
         }
+    }
+
+    #[test]
+    fn a_flat_series_has_no_growth() {
+        let pts = at(1.0, 30.0, |t| 5.0 * GIB + if t > 10.0 { MIB } else { 0.0 });
+        let g = series_growth(&pts, Some(GIB), &rules()).expect("growth");
+        assert_eq!((g.rate, g.ramping, g.time_to_full), (0.0, false, None));
     }
 
     #[test]

@@ -62,25 +62,53 @@ pub struct Growth {
 /// The growth of a GPU's used memory, by the rules' window and minimum rate. `None` without
 /// two points with known memory in the window.
 pub fn gpu_growth(h: &GpuHistory, rules: &Rules) -> Option<Growth> {
-    let latest = h.latest()?;
-    let from = latest.t - extended(rules.filling_window).as_secs_f64();
-    let pts = window_points(h.used_series().map(|(t, u)| (t, u as f64)), from);
+    let at = h.latest()?.t;
     let headroom = h
         .points()
         .rev()
         .find_map(super::GpuPoint::headroom)
         .map(|b| b as f64);
-    series_growth(&pts, headroom, &gpu_test(rules))
+    lazy_growth(
+        |from| window_points(h.used_series().map(|(t, u)| (t, u as f64)), from),
+        at,
+        headroom,
+        &gpu_test(rules),
+    )
 }
 
 /// The growth of one process's GPU memory (no time to full: a process has no headroom of its
 /// own; [`Growth::with_headroom`] gives the GPU's). A process ramps from a quarter of the
 /// GPU's minimum rate: it may be one of several driving the GPU.
 pub fn process_growth(ph: &ProcHistory, rules: &Rules) -> Option<Growth> {
-    let latest = ph.latest()?;
-    let from = latest.t - extended(rules.filling_window).as_secs_f64();
-    let pts = window_points(ph.used_series().map(|(t, u)| (t, u as f64)), from);
-    series_growth(&pts, None, &process_test(rules))
+    let at = ph.latest()?.t;
+    lazy_growth(
+        |from| window_points(ph.used_series().map(|(t, u)| (t, u as f64)), from),
+        at,
+        None,
+        &process_test(rules),
+    )
+}
+
+/// [`series_growth`] on the window's points, and on the [`extended`] window's only when the
+/// rate is worth refining (reading 2 minutes of every process each frame is most of the cost).
+fn lazy_growth(
+    points_from: impl Fn(f64) -> Vec<(f64, f64)>,
+    at: f64,
+    headroom: Option<f64>,
+    test: &RampTest,
+) -> Option<Growth> {
+    let recent = points_from(at - test.window.as_secs_f64());
+    let short = series_growth(&recent, headroom, test)?;
+    let anchored = recent.first().is_some_and(|p| p.0 >= short.since);
+    if anchored && short.rate >= test.min_rate / 2.0 {
+        series_growth(
+            &points_from(at - extended(test.window).as_secs_f64()),
+            headroom,
+            test,
+        )
+    } else {
+        Some(short)
+    }
 }
 
 /// What a growth is judged by: the window, the minimum rate and the smallest increment that

@@ -1,11 +1,18 @@
-//! One `evaluate` over 10 minutes of history at 1 Hz for 8 GPUs × 64 processes.
-//! Target (issue 4): ≤ 1 ms. Run: `cargo bench --bench detect`.
+//! The detection benchmark, then the detector's cost. Run: `cargo bench --bench detect`.
+//!
+//! First, ONE table over every bench file under tests/fixtures/detect (tune and holdout sets)
+//! at 1 Hz and 4 Hz, through `gpuwatch::detect::bench` (the harness `tests/detect_bench.rs`
+//! uses): per rule, expectations met, false positives, detection delay, time-to-full error and
+//! time to resolve; then each failure. `GPUWATCH_BENCH_TABLE_ONLY=1` stops there.
+//!
+//! Then the cost: one `evaluate` over 10 minutes of history at 1 Hz for 8 GPUs × 64
+//! processes. Target (issue 4): ≤ 1 ms.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use criterion::{Criterion, criterion_group, criterion_main};
+use criterion::{Criterion, criterion_group};
 use gpuwatch::detect::{Input, Rules, evaluate};
 use gpuwatch::history::History;
 use gpuwatch::model::ProcSample;
@@ -88,7 +95,61 @@ fn bench_case(c: &mut Criterion, leak_every: usize, name: &str) {
     c.bench_function(name, |b| {
         b.iter(|| evaluate(&input, &rules));
     });
+    if leak_every == 16 {
+        // What a front end's growth columns cost per frame: the one growth estimate of every
+        // GPU and every process.
+        c.bench_function("gpu_growth + process_growth, 8 GPUs x 64 processes", |b| {
+            b.iter(|| {
+                let gpus = history
+                    .gpus()
+                    .filter_map(|(_, h)| gpuwatch::history::gpu_growth(h, &rules))
+                    .count();
+                let procs = history
+                    .processes()
+                    .filter_map(|(_, ph)| gpuwatch::history::process_growth(ph, &rules))
+                    .count();
+                (gpus, procs)
+            });
+        });
+    }
+}
+
+fn table() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/detect");
+    let mut outcomes = Vec::new();
+    let files = gpuwatch::detect::bench::files(&dir);
+    let started = std::time::Instant::now();
+    for path in &files {
+        match gpuwatch::detect::bench::run_file(path) {
+            Ok(o) => outcomes.extend(o),
+            Err(e) => eprintln!("{e}"),
+        }
+    }
+    println!(
+        "Detection benchmark: {} scenario files at 1 Hz and 4 Hz ({:.1} s)\n",
+        files.len(),
+        started.elapsed().as_secs_f64()
+    );
+    println!("{}", gpuwatch::detect::bench::table(&outcomes));
+    let failed: Vec<String> = outcomes
+        .iter()
+        .filter(|o| !o.passed)
+        .map(gpuwatch::detect::bench::describe)
+        .collect();
+    if failed.is_empty() {
+        println!("every expectation holds");
+    } else {
+        println!("failures:\n{}", failed.join("\n"));
+    }
 }
 
 criterion_group!(detect_bench, bench);
-criterion_main!(detect_bench);
+
+fn main() {
+    table();
+    if std::env::var_os("GPUWATCH_BENCH_TABLE_ONLY").is_some() {
+        return;
+    }
+    detect_bench();
+    Criterion::default().configure_from_args().final_summary();
+}

@@ -40,6 +40,10 @@ use std::time::Duration;
 
 use crate::model::{GpuSample, ProcSample, Sample};
 
+pub mod growth;
+
+pub use growth::{Growth, gpu_growth, process_growth};
+
 /// Each series holds at most one point per this much of the window (the hard cap).
 pub const MIN_SPACING: Duration = Duration::from_millis(50);
 

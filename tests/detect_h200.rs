@@ -183,3 +183,95 @@ fn intruder_raises_external_pressure_and_the_leak_raises_filling_up() {
         "the idle holder never grows"
     );
 }
+
+/// The concrete failure: the first 20 s of leak-to-oom (three processes load one after
+/// another: steps of 6.5, 2, 1.2 and 6.6 GiB, then a plateau) opened filling-up as critical,
+/// "GPU 0 will be full in ~3 min", on a GPU 12 % used, naming the healthy trainer. At 1 Hz (the
+/// live default: every 4th sample) and at 4 Hz, nothing opens during the load, and no
+/// filling-up finding is critical while the GPU is less than half used.
+#[test]
+fn a_model_load_opens_nothing_and_a_mostly_free_gpu_is_never_critical() {
+    let rec = recording("leak-to-oom.recording.jsonl");
+    for every in [4, 1] {
+        let mut history =
+            gpuwatch::detect::compact_history(Duration::from_mins(10), &Rules::default());
+        let mut detector = Detector::new(Rules::default());
+        let t0 = rec.samples[0].taken_at;
+        let mut critical_seen = false;
+        for s in rec.samples.iter().step_by(every) {
+            let t = s.taken_at - t0;
+            history.push(s);
+            detector.step(&history, s, s.taken_at, None, &|_| false);
+            let g = &s.gpus[0];
+            let used = g
+                .memory
+                .as_ref()
+                .map_or(0.0, |m| m.used as f64 / m.total.max(1) as f64);
+            for f in detector.open() {
+                assert!(
+                    t >= 20.4,
+                    "every {every} samples, t = {t:.2} s: {} open during the load: {}",
+                    f.id.rule,
+                    f.summary
+                );
+                if f.id.rule == RuleKind::FillingUp {
+                    assert!(
+                        !f.culprits.iter().any(|c| c.pid == 1030 || c.pid == 1014),
+                        "t = {t:.2} s: a process that stepped once is named: {}",
+                        f.summary
+                    );
+                    if f.severity == gpuwatch::detect::Severity::Critical {
+                        assert!(
+                            used >= 0.5,
+                            "t = {t:.2} s: critical at {:.0} % used: {}",
+                            used * 100.0,
+                            f.summary
+                        );
+                        critical_seen = true;
+                    }
+                }
+            }
+        }
+        assert!(
+            critical_seen,
+            "every {every} samples: critical once the GPU is half full and minutes from full"
+        );
+    }
+}
+
+/// `[detect] filling-critical-used` read from a config file changes the severity: at 20 % the
+/// leak is critical while the GPU is 30–50 % used, at the default 50 % it is a warning there.
+#[test]
+fn filling_critical_used_from_a_config_file_changes_the_severity() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.toml");
+    let severity_at_40_percent = |text: &str| {
+        std::fs::write(&path, text).unwrap();
+        let config = gpuwatch::config::load(
+            Some(&path),
+            &gpuwatch::config::Overrides::default(),
+            &|_| None,
+        )
+        .expect("config loads");
+        let case = gpuwatch::detect::bench::load(
+            &Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/fixtures/detect/tune/h200-leak-to-oom-ramp.toml"),
+        )
+        .unwrap();
+        let run = gpuwatch::detect::bench::feed(&case, Duration::from_secs(1), &config.detect);
+        // t ≈ 36 s: 56 GiB of 140 used (40 %), full in ~40 s.
+        let obs = run.observations.iter().find(|o| o.t >= 36.0).unwrap();
+        obs.open
+            .iter()
+            .find(|f| f.id.rule == RuleKind::FillingUp)
+            .map(|f| f.severity)
+    };
+    assert_eq!(
+        severity_at_40_percent("[detect]\n"),
+        Some(gpuwatch::detect::Severity::Warning)
+    );
+    assert_eq!(
+        severity_at_40_percent("[detect]\nfilling-critical-used = 20\n"),
+        Some(gpuwatch::detect::Severity::Critical)
+    );
+}

@@ -151,6 +151,8 @@ pub struct DetectFile {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub filling_min_rate: Option<Number>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    pub filling_critical_used: Option<Number>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub leak_warmup: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub leak_sustain: Option<String>,
@@ -234,6 +236,7 @@ pub const SCHEMA: &[(&str, &[&str])] = &[
             "filling-window",
             "filling-horizon",
             "filling-min-rate",
+            "filling-critical-used",
             "leak-warmup",
             "leak-sustain",
             "leak-min-rate",

@@ -29,15 +29,16 @@ pub use file::{
 };
 pub use value::{
     ALERT_QUEUE_RANGE, DurationRange, EXTERNAL_HORIZON_RANGE, EXTERNAL_WINDOW_RANGE,
-    FILLING_HORIZON_RANGE, FILLING_WINDOW_RANGE, GROWTH_RATE_RANGE, HANG_TIMEOUT_RANGE,
-    HISTORY_WINDOW_RANGE, HTTP_TIMEOUT_RANGE, HYSTERESIS_RANGE, IDLE_DURATION_RANGE,
-    INTERVAL_RANGE, IntRange, LEAK_SUSTAIN_RANGE, LEAK_WARMUP_RANGE, MAX_CONNECTIONS_RANGE,
-    MAX_EVENT_STREAMS_RANGE, METRICS_TOP_N_RANGE, MIN_PICK_COUNT, NEAR_CAPACITY_MIN_DURATION_RANGE,
-    NEAR_CAPACITY_PERCENT_RANGE, NumberRange, RATE_LIMIT_RANGE, REINIT_BACKOFF_MAX_RANGE,
-    SLOW_INTERVAL_RANGE, ValueError, WEBHOOK_RETRIES_RANGE, WEBHOOK_TIMEOUT_RANGE,
-    bytes_per_s_to_mib_per_min, check_count, check_duration, check_integer, check_number,
-    format_duration, format_number, format_size, fraction_to_percent, mib_per_min_to_bytes_per_s,
-    parse_count, parse_duration_in, parse_size, parse_webhook_url, percent_to_fraction,
+    FILLING_CRITICAL_USED_RANGE, FILLING_HORIZON_RANGE, FILLING_WINDOW_RANGE, GROWTH_RATE_RANGE,
+    HANG_TIMEOUT_RANGE, HISTORY_WINDOW_RANGE, HTTP_TIMEOUT_RANGE, HYSTERESIS_RANGE,
+    IDLE_DURATION_RANGE, INTERVAL_RANGE, IntRange, LEAK_SUSTAIN_RANGE, LEAK_WARMUP_RANGE,
+    MAX_CONNECTIONS_RANGE, MAX_EVENT_STREAMS_RANGE, METRICS_TOP_N_RANGE, MIN_PICK_COUNT,
+    NEAR_CAPACITY_MIN_DURATION_RANGE, NEAR_CAPACITY_PERCENT_RANGE, NumberRange, RATE_LIMIT_RANGE,
+    REINIT_BACKOFF_MAX_RANGE, SLOW_INTERVAL_RANGE, ValueError, WEBHOOK_RETRIES_RANGE,
+    WEBHOOK_TIMEOUT_RANGE, bytes_per_s_to_mib_per_min, check_count, check_duration, check_integer,
+    check_number, format_duration, format_number, format_size, fraction_to_percent,
+    mib_per_min_to_bytes_per_s, parse_count, parse_duration_in, parse_size, parse_webhook_url,
+    percent_to_fraction,
 };
 
 use crate::alert::AlertOptions;
@@ -778,6 +779,19 @@ fn resolve_detect(f: &Checker<'_>, file: &DetectFile, d: &Rules) -> Result<Rules
             file.filling_min_rate,
             d.filling_min_rate,
         )?,
+        filling_critical_used: f
+            .number(
+                "detect.filling-critical-used",
+                file.filling_critical_used,
+                FILLING_CRITICAL_USED_RANGE,
+            )
+            .map(|v| {
+                layer(
+                    None,
+                    value(v).map(percent_to_fraction),
+                    d.filling_critical_used,
+                )
+            })?,
         leak_warmup: duration(
             "detect.leak-warmup",
             &file.leak_warmup,
@@ -1066,6 +1080,7 @@ fn detect_file(r: &Rules) -> DetectFile {
         filling_window: duration(r.filling_window),
         filling_horizon: duration(r.filling_horizon),
         filling_min_rate: rate(r.filling_min_rate),
+        filling_critical_used: percent(r.filling_critical_used),
         leak_warmup: duration(r.leak_warmup),
         leak_sustain: duration(r.leak_sustain),
         leak_min_rate: rate(r.leak_min_rate),

@@ -94,6 +94,7 @@ fn a_changed_config_round_trips_through_to_toml() {
         filling_window: Duration::from_secs(30),
         filling_horizon: Duration::from_hours(2),
         filling_min_rate: mib_per_min_to_bytes_per_s(12.5),
+        filling_critical_used: 0.75,
         leak_warmup: Duration::from_secs(90),
         leak_sustain: Duration::from_mins(20),
         leak_min_rate: 3.0 * 1024.0 * 1024.0,
@@ -847,6 +848,7 @@ fn default_values_lie_in_their_ranges() {
     assert!(FILLING_WINDOW_RANGE.contains(r.filling_window));
     assert!(FILLING_HORIZON_RANGE.contains(r.filling_horizon));
     assert!(GROWTH_RATE_RANGE.contains(bytes_per_s_to_mib_per_min(r.filling_min_rate)));
+    assert!(FILLING_CRITICAL_USED_RANGE.contains(fraction_to_percent(r.filling_critical_used)));
     assert!(LEAK_WARMUP_RANGE.contains(r.leak_warmup));
     assert!(LEAK_SUSTAIN_RANGE.contains(r.leak_sustain));
     assert!(GROWTH_RATE_RANGE.contains(bytes_per_s_to_mib_per_min(r.leak_min_rate)));

@@ -117,6 +117,12 @@ pub const NEAR_CAPACITY_PERCENT_RANGE: NumberRange = NumberRange {
     min: 50,
     max: Some(100),
 };
+/// `detect.filling-critical-used`, in percent.
+pub const FILLING_CRITICAL_USED_RANGE: NumberRange = NumberRange {
+    what: "a percentage",
+    min: 0,
+    max: Some(100),
+};
 /// `detect.near-capacity-hysteresis`, in percentage points.
 pub const HYSTERESIS_RANGE: NumberRange = NumberRange {
     what: "a number of percentage points",

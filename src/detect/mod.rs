@@ -3,6 +3,7 @@
 //! `evaluate(&History, &Sample, &Rules, …) -> Vec<Finding>` is pure; [`Detector`] keeps the
 //! open findings and turns each evaluation into `Opened` / `Updated` / `Resolved` events.
 
+pub mod bench;
 pub mod finding;
 pub mod level;
 pub mod rules;
@@ -34,6 +35,9 @@ pub struct Rules {
     pub filling_horizon: Duration,
     /// …and grows at least this fast (bytes per second).
     pub filling_min_rate: f64,
+    /// A filling-up finding is critical only on a GPU at least this full (a fraction), and
+    /// when it would be full within a fifth of the horizon.
+    pub filling_critical_used: f64,
     /// Leak suspected: ignore a process's first this long (loading, warm-up)…
     pub leak_warmup: Duration,
     /// …then a ramp sustained this long is a leak…
@@ -63,6 +67,7 @@ impl Default for Rules {
             filling_window: Duration::from_secs(15),
             filling_horizon: Duration::from_mins(15),
             filling_min_rate: 1024.0 * 1024.0,
+            filling_critical_used: 0.5,
             leak_warmup: Duration::from_mins(1),
             leak_sustain: Duration::from_mins(5),
             leak_min_rate: 1024.0 * 1024.0 / 6.0,

@@ -2,10 +2,10 @@
 //! findings already open (for hysteresis and baselines). Each rule is its own small function
 //! with its check and its message.
 //!
-//! Growth is judged with two tests together: a robust slope (Theil–Sen, from `history`) and a
-//! *staircase* test — the window cut into parts whose medians must each rise — so a one-time
-//! step (allocator cache, a larger batch), a periodic eval buffer (up then down) and noise do
-//! not count as a ramp, while a leak that grows in steps of one training step does.
+//! Growth is judged by the one growth estimate of `history::growth` (a robust rate, a ramp
+//! test that tells many increments from a few steps, re-anchored after a drop), so a model
+//! load, a one-time step (allocator cache, a larger batch), a periodic eval buffer and noise
+//! do not count as a ramp, while a leak that grows in steps of one training step does.
 
 // Rules read best with the conventional short names: r(ules), g(pu), h(istory), p(rocess).
 #![allow(clippy::many_single_char_names)]
@@ -14,9 +14,14 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use super::{Culprit, Finding, FindingId, RuleKind, Rules, Severity};
-use crate::history::{GpuHistory, History, ProcHistory, slope_bytes_per_s};
+use crate::history::growth::{
+    self, PROC_NOISE, process_test, ramp_shape, series_growth, staircase,
+};
+use crate::history::{
+    GpuHistory, History, ProcHistory, gpu_growth, process_growth, slope_bytes_per_s,
+};
 use crate::model::{GpuSample, ProcSample, Sample};
-use crate::output::fmt_bytes;
+use crate::output::{fmt_bytes, fmt_eta, fmt_growth};
 
 /// Everything a rule may look at.
 pub struct Input<'a> {
@@ -126,99 +131,9 @@ fn who(c: &Culprit) -> String {
     }
 }
 
-fn rate(bytes_per_s: f64) -> String {
-    let per_min = bytes_per_s * 60.0;
-    if bytes_per_s.abs() >= 1024.0 * 1024.0 * 1024.0 / 10.0 {
-        format!("{:.1} GiB/s", bytes_per_s / (1024.0 * 1024.0 * 1024.0))
-    } else {
-        format!("{:.0} MiB/min", per_min / (1024.0 * 1024.0))
-    }
-}
-
-fn duration_text(s: f64) -> String {
-    let s = s.max(0.0);
-    if s < 90.0 {
-        format!("{s:.0} s")
-    } else if s < 5400.0 {
-        format!("{:.0} min", s / 60.0)
-    } else {
-        format!("{:.1} h", s / 3600.0)
-    }
-}
-
 /// Points of a series from `from` on.
 fn since(points: impl DoubleEndedIterator<Item = (f64, f64)>, from: f64) -> Vec<(f64, f64)> {
-    // Read from the newest end: windows are short, histories long.
-    let mut v: Vec<(f64, f64)> = points.rev().take_while(|(t, _)| *t >= from).collect();
-    v.reverse();
-    v
-}
-
-/// Whether the window `[first, last]` of `points` is cut into `parts` whose medians each rise
-/// by more than `min_step` and by at least half of an even share of the whole rise. Medians are
-/// taken over at most 9 evenly picked points per part.
-pub fn staircase(points: &[(f64, f64)], parts: usize, min_step: f64) -> bool {
-    let (Some(first), Some(last)) = (points.first(), points.last()) else {
-        return false;
-    };
-    let span = last.0 - first.0;
-    if parts < 2 || span <= 0.0 {
-        return false;
-    }
-    let mut medians = Vec::with_capacity(parts);
-    let mut start = 0;
-    for k in 0..parts {
-        let end_t = first.0 + span * (k + 1) as f64 / parts as f64;
-        let mut end = start;
-        while end < points.len() && (points[end].0 <= end_t || k + 1 == parts) {
-            end += 1;
-        }
-        let part = &points[start..end];
-        if part.is_empty() {
-            return false;
-        }
-        let n = part.len().min(9);
-        let mut picked: Vec<f64> = (0..n)
-            .map(|i| {
-                part[if n == 1 {
-                    0
-                } else {
-                    i * (part.len() - 1) / (n - 1)
-                }]
-                .1
-            })
-            .collect();
-        picked.sort_by(f64::total_cmp);
-        medians.push(picked[n / 2]);
-        start = end;
-    }
-    // Every part rises, and by at least half an even share of the whole rise: a step with a
-    // small bump beside it (a context created, then the allocation) is still one step.
-    let total = medians[parts - 1] - medians[0];
-    let share = total / (2 * (parts - 1)) as f64;
-    total > 0.0
-        && medians
-            .windows(2)
-            .all(|w| w[1] - w[0] > min_step.max(share))
-}
-
-/// The smallest rise between parts that counts: 16 MiB, so that noise does not.
-const MIN_STEP: f64 = 16.0 * 1024.0 * 1024.0;
-
-fn used_points(h: &GpuHistory) -> impl DoubleEndedIterator<Item = (f64, f64)> + '_ {
-    h.used_series().map(|(t, u)| (t, u as f64))
-}
-
-fn proc_points(h: &ProcHistory) -> impl DoubleEndedIterator<Item = (f64, f64)> + '_ {
-    h.used_series().map(|(t, u)| (t, u as f64))
-}
-
-/// Whether a window of points covers at least `fraction` of `window`.
-fn covers(points: &[(f64, f64)], window: Duration, fraction: f64) -> bool {
-    match (points.first(), points.last()) {
-        (Some(a), Some(b)) => b.0 - a.0 >= window.as_secs_f64() * fraction,
-        _ => false,
-    }
+    growth::window_points(points, from)
 }
 
 fn source_health(input: &Input<'_>, out: &mut Vec<Finding>) {
@@ -236,10 +151,7 @@ fn source_health(input: &Input<'_>, out: &mut Vec<Finding>) {
                 source_id(""),
                 Severity::Critical,
                 None,
-                format!(
-                    "samples are stale: the last one is {} old",
-                    duration_text(age)
-                ),
+                format!("samples are stale: the last one is {} old", fmt_eta(age)),
             );
             f.at = input.now;
             out.push(f);
@@ -348,16 +260,16 @@ fn near_capacity(input: &Input<'_>, r: &Rules, g: &GpuSample, h: &GpuHistory) ->
     Some(f)
 }
 
+/// An open filling-up finding holds until the time to full moves past this many horizons (the
+/// message then says so).
+const FILLING_HOLD: f64 = 1.25;
+
 fn filling_up(input: &Input<'_>, r: &Rules, g: &GpuSample, h: &GpuHistory) -> Option<Finding> {
     let fid = id(RuleKind::FillingUp, g, None);
     let open = input.open.contains_key(&fid);
     let latest = h.latest()?;
-    let from = latest.t - r.filling_window.as_secs_f64();
-    let pts = since(used_points(h), from);
-    if !covers(&pts, r.filling_window, 0.5) {
-        return None;
-    }
-    let slope = slope_bytes_per_s(&pts)?;
+    let growth = gpu_growth(h, r)?;
+    let slope = growth.rate;
     let headroom = latest.headroom()? as f64;
     let ttf = if slope > 0.0 {
         headroom / slope
@@ -365,24 +277,27 @@ fn filling_up(input: &Input<'_>, r: &Rules, g: &GpuSample, h: &GpuHistory) -> Op
         f64::INFINITY
     };
     let horizon = r.filling_horizon.as_secs_f64();
+    let window = r.filling_window.as_secs_f64();
     let holds = if open {
-        slope >= r.filling_min_rate / 2.0 && ttf <= horizon * 1.25
+        // Hysteresis on the rate and on the time to full; a re-anchoring drop (a window that
+        // restarts after it) still resolves it at once.
+        growth.at - growth.since >= window * 0.5
+            && slope >= r.filling_min_rate / 2.0
+            && ttf <= horizon * FILLING_HOLD
     } else {
-        slope >= r.filling_min_rate && ttf <= horizon && staircase(&pts, 3, MIN_STEP)
+        growth.ramping && ttf <= horizon
     };
     if !holds {
         return None;
     }
-    // Who drives it: processes (and unattributed memory) that ramp in the same window.
+    // Who drives it: processes (and unattributed memory) whose own memory ramps.
     let mut drivers: Vec<Culprit> = g
         .processes
         .iter()
         .filter_map(|p| {
             let (_, ph) = input.history.process_for(&g.uuid, p)?;
-            let pp = since(proc_points(ph), from);
-            let s = slope_bytes_per_s(&pp)?;
-            (s >= r.filling_min_rate / 4.0 && staircase(&pp, 3, MIN_STEP / 4.0))
-                .then(|| culprit(p, Some(s)))
+            let pg = process_growth(ph, r)?;
+            pg.ramping.then(|| culprit(p, Some(pg.rate)))
         })
         .collect();
     drivers.sort_by(|a, b| {
@@ -390,23 +305,51 @@ fn filling_up(input: &Input<'_>, r: &Rules, g: &GpuSample, h: &GpuHistory) -> Op
             .unwrap_or(0.0)
             .total_cmp(&a.growth_bytes_per_s.unwrap_or(0.0))
     });
-    let unattributed: Vec<(f64, f64)> =
-        since(h.unattributed_series().map(|(t, u)| (t, u as f64)), from);
-    let unattributed_grows = slope_bytes_per_s(&unattributed)
-        .is_some_and(|s| s >= r.filling_min_rate / 4.0)
-        && staircase(&unattributed, 3, MIN_STEP / 4.0);
+    let from = latest.t - growth::extended(r.filling_window).as_secs_f64();
+    let unattributed =
+        growth::window_points(h.unattributed_series().map(|(t, u)| (t, u as f64)), from);
+    let unattributed_grows =
+        series_growth(&unattributed, None, &process_test(r)).is_some_and(|u| u.ramping);
+    // Opening also needs someone whose own memory ramps: processes that each loaded once
+    // (ranks or workers starting one after another) add up to a rise that is not a trend.
+    if !open && drivers.is_empty() && !unattributed_grows {
+        return None;
+    }
     let mut why: Vec<String> = drivers
         .iter()
         .take(3)
-        .map(|c| format!("{} +{}", who(c), rate(c.growth_bytes_per_s.unwrap_or(0.0))))
+        .map(|c| {
+            format!(
+                "{} +{}",
+                who(c),
+                fmt_growth(c.growth_bytes_per_s.unwrap_or(0.0))
+            )
+        })
         .collect();
     if unattributed_grows {
         why.push("memory no visible process accounts for".to_string());
     }
-    let severity = if ttf <= horizon / 5.0 {
+    let used_fraction = match (latest.used, latest.total) {
+        (Some(u), Some(t)) if t > 0 => u as f64 / t as f64,
+        _ => 0.0,
+    };
+    // Critical only when it is both soon and a GPU mostly in use: a model loading on a free
+    // card is at worst a warning.
+    let severity = if ttf <= horizon / 5.0 && used_fraction >= r.filling_critical_used {
         Severity::Critical
     } else {
         Severity::Warning
+    };
+    let when = if ttf <= horizon {
+        format!("will be full in ~{}", fmt_eta(ttf))
+    } else {
+        // Held open by the hysteresis: say so rather than contradict the horizon.
+        format!(
+            "is still filling: full in ~{} (opened within {}, clears past {})",
+            fmt_eta(ttf),
+            fmt_eta(horizon),
+            fmt_eta(horizon * FILLING_HOLD)
+        )
     };
     let mut f = base(
         input,
@@ -414,10 +357,9 @@ fn filling_up(input: &Input<'_>, r: &Rules, g: &GpuSample, h: &GpuHistory) -> Op
         severity,
         Some(g.index),
         format!(
-            "GPU {} will be full in ~{} (+{}){}",
+            "GPU {} {when} (+{}){}",
             g.index,
-            duration_text(ttf),
-            rate(slope),
+            fmt_growth(slope),
             if why.is_empty() {
                 String::new()
             } else {
@@ -517,17 +459,25 @@ fn external_pressure(
     } else {
         now_ext - low >= rise_limit
     };
-    // B: what is left does not cover the watched processes' recent growth.
+    // B: the watched processes ramp, what is left does not cover their growth over the
+    // horizon, and it would if external memory were not there: external memory stands in the
+    // job's way. (A need beyond all external memory is the job's own growth: filling-up.)
     let mine_pts: Vec<(f64, f64)> = mine.iter().map(|&(t, u)| (t, u as f64)).collect();
-    let mine_growth = slope_bytes_per_s(&mine_pts).unwrap_or(0.0).max(0.0);
-    let need = mine_growth * r.external_horizon.as_secs_f64();
+    let mine_growth = series_growth(&mine_pts, None, &process_test(r))
+        .filter(|m| m.ramping && m.rate > 0.0)
+        .map_or(0.0, |m| m.rate);
     let headroom = latest.headroom()? as f64;
-    let squeezed = mine_growth > 0.0 && headroom < need && now_ext >= rise_limit;
+    let need = mine_growth * r.external_horizon.as_secs_f64();
+    let squeezed =
+        mine_growth > 0.0 && headroom < need && need <= headroom + now_ext && now_ext >= rise_limit;
     if !rose && !squeezed {
         return None;
     }
-    let (culprits, unattributed_rose) =
-        external_culprits(input, g, h, baseline_time(prev, from), rise_limit, squeezed);
+    let (culprits, unattributed_rose) = if rose {
+        external_risers(input, g, h, baseline_time(prev, from), rise_limit)
+    } else {
+        in_the_way(input, g, need - headroom)
+    };
     let unattributed_now = g.unattributed_bytes();
     let mut names: Vec<String> = culprits.iter().take(3).map(|(_, c)| who(c)).collect();
     if unattributed_rose || (names.is_empty() && rose) {
@@ -544,12 +494,13 @@ fn external_pressure(
         )
     } else {
         format!(
-            "external memory on GPU {} leaves {} free; your processes grow {} and need {} over {}",
+            "external memory on GPU {} ({}) leaves {} free; your processes grow {} and need {} over {}",
             g.index,
+            fmt_bytes(now_ext as u64),
             fmt_bytes(headroom as u64),
-            rate(mine_growth),
+            fmt_growth(mine_growth),
             fmt_bytes(need as u64),
-            duration_text(r.external_horizon.as_secs_f64())
+            fmt_eta(r.external_horizon.as_secs_f64())
         )
     };
     let mut f = base(
@@ -567,22 +518,21 @@ fn external_pressure(
     f.baseline_bytes = Some(baseline as u64);
     f.unattributed_bytes = unattributed_now;
     f.culprits = culprits.into_iter().map(|(_, c)| c).collect();
-    if squeezed && mine_growth > 0.0 {
+    if squeezed {
         f.time_to_full_s = Some(headroom / mine_growth);
         f.rate_bytes_per_s = Some(mine_growth);
     }
     Some(f)
 }
 
-/// The external processes that grew since `since` (all of them when the watched processes are
-/// squeezed), largest growth first, and whether unattributed memory rose.
-fn external_culprits(
+/// The external processes that grew since `since` by at least a quarter of the rise that
+/// counts, largest growth first, and whether unattributed memory rose as much.
+fn external_risers(
     input: &Input<'_>,
     g: &GpuSample,
     h: &GpuHistory,
     since: f64,
     rise_limit: f64,
-    squeezed: bool,
 ) -> (Vec<(f64, Culprit)>, bool) {
     let mut culprits: Vec<(f64, Culprit)> = g
         .processes
@@ -604,7 +554,7 @@ fn external_culprits(
             } else {
                 now_used - then
             };
-            (grew >= rise_limit / 4.0 || squeezed).then(|| (grew, culprit(p, None)))
+            (grew >= rise_limit / 4.0).then(|| (grew, culprit(p, None)))
         })
         .collect();
     culprits.sort_by(|a, b| b.0.total_cmp(&a.0));
@@ -617,6 +567,30 @@ fn external_culprits(
         _ => false,
     };
     (culprits, unattributed_rose)
+}
+
+/// The fewest external holders, largest first, whose memory would cover `short` bytes (what
+/// the watched processes lack), and whether unattributed memory is needed too. Memory NVML
+/// does not report for a process is not counted (unknown is not zero).
+fn in_the_way(input: &Input<'_>, g: &GpuSample, short: f64) -> (Vec<(f64, Culprit)>, bool) {
+    let mut holders: Vec<(f64, Culprit)> = g
+        .processes
+        .iter()
+        .filter(|p| !(input.watched)(p))
+        .filter_map(|p| Some((p.used_bytes? as f64, culprit(p, None))))
+        .collect();
+    holders.sort_by(|a, b| b.0.total_cmp(&a.0));
+    let mut freed = 0.0;
+    let mut named = Vec::new();
+    for h in holders {
+        if freed >= short {
+            break;
+        }
+        freed += h.0;
+        named.push(h);
+    }
+    let unattributed = freed < short && g.unattributed_bytes().is_some_and(|u| u > 0);
+    (named, unattributed)
 }
 
 /// The moment external memory is compared with: when the finding opened, else the window.
@@ -652,7 +626,11 @@ fn leak_suspected(
     let holds = if open {
         slope >= r.leak_min_rate / 2.0
     } else {
-        slope >= r.leak_min_rate && staircase(&pts, 5, MIN_STEP / 4.0)
+        // Steady over five parts, and many increments rather than a few steps (a checkpoint
+        // reload or an allocator cache growing in chunks).
+        slope >= r.leak_min_rate
+            && staircase(&pts, 5, PROC_NOISE)
+            && ramp_shape(&pts, r.leak_min_rate, PROC_NOISE)
     };
     if !holds {
         return None;
@@ -667,14 +645,14 @@ fn leak_suspected(
             "leak suspected: {} on GPU {} has grown steadily for {} at {}",
             who(&c),
             g.index,
-            duration_text(
+            fmt_eta(
                 latest.t
                     - input
                         .open
                         .get(&id(RuleKind::LeakSuspected, g, Some(p.pid)))
                         .map_or(from, |f| f.since.min(from))
             ),
-            rate(slope)
+            fmt_growth(slope)
         ),
     );
     if !open {
@@ -715,7 +693,7 @@ fn idle_holder(
             who(&c),
             fmt_bytes(used),
             g.index,
-            duration_text(idle),
+            fmt_eta(idle),
             fmt_bytes(used)
         ),
     );
@@ -727,6 +705,7 @@ fn idle_holder(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::history::growth::GPU_NOISE;
 
     fn line(n: usize, slope: f64) -> Vec<(f64, f64)> {
         (0..n).map(|i| (i as f64, 1e9 + slope * i as f64)).collect()
@@ -757,11 +736,11 @@ mod tests {
     #[test]
     fn staircase_tells_a_ramp_from_a_step_and_a_bump() {
         let gib = 1024.0 * 1024.0 * 1024.0;
-        assert!(staircase(&line(60, 0.1 * gib), 3, MIN_STEP));
+        assert!(staircase(&line(60, 0.1 * gib), 3, GPU_NOISE));
         let step: Vec<(f64, f64)> = (0..60)
             .map(|i| (f64::from(i), if i < 30 { 1.0 } else { 4.0 } * gib))
             .collect();
-        assert!(!staircase(&step, 3, MIN_STEP), "one step is not a ramp");
+        assert!(!staircase(&step, 3, GPU_NOISE), "one step is not a ramp");
         let bump: Vec<(f64, f64)> = (0..60)
             .map(|i| {
                 (
@@ -771,10 +750,10 @@ mod tests {
             })
             .collect();
         assert!(
-            !staircase(&bump, 3, MIN_STEP),
+            !staircase(&bump, 3, GPU_NOISE),
             "an eval buffer is not a ramp"
         );
-        assert!(!staircase(&line(60, 0.0), 3, MIN_STEP), "flat");
+        assert!(!staircase(&line(60, 0.0), 3, GPU_NOISE), "flat");
         // A context (20 MiB) then the allocation (6.5 GiB): one step, not a ramp.
         let two: Vec<(f64, f64)> = (0..32)
             .map(|i| {
@@ -790,11 +769,11 @@ mod tests {
                 )
             })
             .collect();
-        assert!(!staircase(&two, 3, MIN_STEP));
+        assert!(!staircase(&two, 3, GPU_NOISE));
         // A leak in coarse steps (every 4 samples) is still a ramp.
         let stairs: Vec<(f64, f64)> = (0..60)
             .map(|i| (f64::from(i), gib + f64::from(i / 4) * 0.4 * gib))
             .collect();
-        assert!(staircase(&stairs, 3, MIN_STEP));
+        assert!(staircase(&stairs, 3, GPU_NOISE));
     }
 }

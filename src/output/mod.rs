@@ -56,6 +56,38 @@ pub fn fmt_rate(bytes_per_s: u64) -> String {
     }
 }
 
+/// A memory growth rate (bytes per second), always per minute: `812 MiB/min` below 1 GiB a
+/// minute, `2.6 GiB/min` above. The one formatting of growth for every rule and front end.
+pub fn fmt_growth(bytes_per_s: f64) -> String {
+    if !bytes_per_s.is_finite() {
+        return "n/a".to_string();
+    }
+    let per_min = bytes_per_s * 60.0;
+    if per_min.abs() < GIB {
+        format!("{:.0} MiB/min", per_min / MIB)
+    } else {
+        format!("{:.1} GiB/min", per_min / GIB)
+    }
+}
+
+/// A time to full (seconds): `45 s` under 90 s, `12 min` under 90 min, `3.5 h` under two
+/// days, `4 d` beyond. Never negative; `n/a` when not finite.
+pub fn fmt_eta(seconds: f64) -> String {
+    if !seconds.is_finite() {
+        return "n/a".to_string();
+    }
+    let s = seconds.max(0.0);
+    if s < 90.0 {
+        format!("{s:.0} s")
+    } else if s < 5400.0 {
+        format!("{:.0} min", s / 60.0)
+    } else if s < 172_800.0 {
+        format!("{:.1} h", s / 3600.0)
+    } else {
+        format!("{:.0} d", s / 86_400.0)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -65,6 +97,21 @@ mod tests {
         assert_eq!(fmt_bytes(0), "0MiB");
         assert_eq!(fmt_bytes(812 << 20), "812MiB");
         assert_eq!(fmt_bytes(13 << 30), "13.0GiB");
+    }
+
+    #[test]
+    fn growth_is_always_per_minute_and_eta_never_negative() {
+        assert_eq!(fmt_growth(1024.0 * 1024.0), "60 MiB/min");
+        assert_eq!(fmt_growth(45.0 * 1024.0 * 1024.0), "2.6 GiB/min");
+        assert_eq!(fmt_growth(2.2 * GIB), "132.0 GiB/min");
+        assert_eq!(fmt_growth(-1024.0 * 1024.0), "-60 MiB/min");
+        assert_eq!(fmt_growth(f64::NAN), "n/a");
+        assert_eq!(fmt_eta(-3.0), "0 s");
+        assert_eq!(fmt_eta(55.4), "55 s");
+        assert_eq!(fmt_eta(960.0), "16 min");
+        assert_eq!(fmt_eta(4.0 * 3600.0), "4.0 h");
+        assert_eq!(fmt_eta(5.0 * 86_400.0), "5 d");
+        assert_eq!(fmt_eta(f64::INFINITY), "n/a");
     }
 
     #[test]

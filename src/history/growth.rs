@@ -1,0 +1,596 @@
+//! The one growth estimate of a memory series — per GPU and per process — that the detector's
+//! rules use and that front ends show ("growth" columns, `/metrics`): a robust rate, whether
+//! the series *ramps*, and the time to full while it does (DESIGN §3).
+//!
+//! A ramp is many increments, a load a few large ones. Over the window (`[detect]
+//! filling-window`, 15 s by default) the series is judged on increments over at least 1 s (so
+//! 1 Hz and 4 Hz sampling see the same shape) and it ramps when all of these hold:
+//! - it rises at least at the minimum rate, the newest third still rising (a staircase of
+//!   three parts whose medians each rise — [`staircase`]);
+//! - most increments rise, the rising ones spread over at least half of the window with no
+//!   plateau longer than a fifth of it since the first, and the newest quarter still rises: a model load, ranks starting, a checkpoint reload or a JAX
+//!   preallocation is a few steps between plateaus, then a plateau;
+//! - the two largest increments carry at most 60 % of the rise (beyond the noise of the
+//!   increments), unless three quarters of the increments rise and the rise without those two
+//!   is a ramp by itself (a leak that an intruder's allocation lands on).
+//!
+//! A drop that frees at least 1 GiB and half of what the window rose *re-anchors* the
+//! estimate: only points after it count, so a dead leaker's GPU stops predicting full at once.
+//! The rate is the Theil–Sen slope of the anchored window, with an increment that alone
+//! carries most of the rise taken out; when the series ramps steadily further back (its two
+//! halves agree), a longer window (up to 8× or 2 min) refines it, so a slow noisy leak does
+//! not get a noisy time to full.
+
+use std::time::Duration;
+
+use super::{GpuHistory, ProcHistory, slope_bytes_per_s};
+use crate::detect::Rules;
+
+const MIB: f64 = 1024.0 * 1024.0;
+const GIB: f64 = 1024.0 * MIB;
+
+/// The smallest rise between parts or increment that counts for a GPU (16 MiB), so that
+/// noise does not…
+pub const GPU_NOISE: f64 = 16.0 * MIB;
+/// …and for one process (4 MiB).
+pub const PROC_NOISE: f64 = 4.0 * MIB;
+
+/// A drop frees at least this much to re-anchor the estimate.
+const DROP_MIN: f64 = GIB;
+
+/// Increments are taken over at least this long.
+const BUCKET_S: f64 = 1.0;
+
+/// The longest window a steady ramp's rate is refined over.
+const MAX_EXTENDED: Duration = Duration::from_mins(2);
+
+/// How a memory series grows now.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Growth {
+    /// Robust rate, bytes per second (negative when shrinking).
+    pub rate: f64,
+    /// Whether the series ramps (see the module doc).
+    pub ramping: bool,
+    /// Seconds until the GPU is full at `rate`: only while ramping with a known headroom.
+    pub time_to_full: Option<f64>,
+    /// The oldest point the estimate used (after the last re-anchoring drop).
+    pub since: f64,
+    /// The newest point.
+    pub at: f64,
+}
+
+/// The growth of a GPU's used memory, by the rules' window and minimum rate. `None` without
+/// two points with known memory in the window.
+pub fn gpu_growth(h: &GpuHistory, rules: &Rules) -> Option<Growth> {
+    let at = h.latest()?.t;
+    let headroom = h
+        .points()
+        .rev()
+        .find_map(super::GpuPoint::headroom)
+        .map(|b| b as f64);
+    lazy_growth(
+        |from| window_points(h.used_series().map(|(t, u)| (t, u as f64)), from),
+        at,
+        headroom,
+        &gpu_test(rules),
+    )
+}
+
+/// The growth of one process's GPU memory (no time to full: a process has no headroom of its
+/// own; [`Growth::with_headroom`] gives the GPU's). A process ramps from a quarter of the
+/// GPU's minimum rate: it may be one of several driving the GPU.
+pub fn process_growth(ph: &ProcHistory, rules: &Rules) -> Option<Growth> {
+    let at = ph.latest()?.t;
+    lazy_growth(
+        |from| window_points(ph.used_series().map(|(t, u)| (t, u as f64)), from),
+        at,
+        None,
+        &process_test(rules),
+    )
+}
+
+/// [`series_growth`] on the window's points, and on the [`extended`] window's only when the
+/// rate is worth refining (reading 2 minutes of every process each frame is most of the cost).
+fn lazy_growth(
+    points_from: impl Fn(f64) -> Vec<(f64, f64)>,
+    at: f64,
+    headroom: Option<f64>,
+    test: &RampTest,
+) -> Option<Growth> {
+    let recent = points_from(at - test.window.as_secs_f64());
+    let short = series_growth(&recent, headroom, test)?;
+    let anchored = recent.first().is_some_and(|p| p.0 >= short.since);
+    if anchored && short.rate >= test.min_rate / 2.0 {
+        series_growth(
+            &points_from(at - extended(test.window).as_secs_f64()),
+            headroom,
+            test,
+        )
+    } else {
+        Some(short)
+    }
+}
+
+/// What a growth is judged by: the window, the minimum rate and the smallest increment that
+/// counts.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RampTest {
+    pub window: Duration,
+    pub min_rate: f64,
+    pub noise: f64,
+}
+
+/// A GPU's ramp test by the rules.
+pub fn gpu_test(rules: &Rules) -> RampTest {
+    RampTest {
+        window: rules.filling_window,
+        min_rate: rules.filling_min_rate,
+        noise: GPU_NOISE,
+    }
+}
+
+/// A process's (or a group of processes', or unattributed memory's) ramp test by the rules.
+pub fn process_test(rules: &Rules) -> RampTest {
+    RampTest {
+        window: rules.filling_window,
+        min_rate: rules.filling_min_rate / 4.0,
+        noise: PROC_NOISE,
+    }
+}
+
+/// How far back before the latest point [`series_growth`] reads (the refining windows).
+pub fn extended(window: Duration) -> Duration {
+    (window * 8).min(MAX_EXTENDED.max(window))
+}
+
+impl Growth {
+    /// The same growth with a time to full against `headroom` bytes (while ramping).
+    #[must_use]
+    pub fn with_headroom(mut self, headroom: Option<u64>) -> Self {
+        self.time_to_full = ttf(self.ramping, self.rate, headroom.map(|b| b as f64));
+        self
+    }
+}
+
+fn ttf(ramping: bool, rate: f64, headroom: Option<f64>) -> Option<f64> {
+    (ramping && rate > 0.0)
+        .then(|| headroom.map(|h| h.max(0.0) / rate))
+        .flatten()
+}
+
+/// Points of a series from `from` on, oldest first (read from the newest end).
+pub fn window_points(
+    points: impl DoubleEndedIterator<Item = (f64, f64)>,
+    from: f64,
+) -> Vec<(f64, f64)> {
+    let mut v: Vec<(f64, f64)> = points
+        .rev()
+        .take_while(|(t, _)| *t >= from)
+        .filter(|(t, v)| t.is_finite() && v.is_finite())
+        .collect();
+    v.reverse();
+    v
+}
+
+/// The growth of `(t, bytes)` points (oldest first, spanning up to the [`extended`] window)
+/// by `test`. See the module doc.
+pub fn series_growth(
+    points: &[(f64, f64)],
+    headroom: Option<f64>,
+    test: &RampTest,
+) -> Option<Growth> {
+    let at = points.last()?.0;
+    let window = test.window.as_secs_f64();
+    let start = points.partition_point(|p| p.0 < at - window);
+    let recent = &points[start..];
+    let anchor = reanchor(recent);
+    let anchored = &recent[anchor..];
+    let since = anchored.first()?.0;
+    // Flat within the noise (most processes, most of the time): no slope to compute.
+    let (low, high) = anchored
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), p| {
+            (l.min(p.1), h.max(p.1))
+        });
+    if high - low <= test.noise {
+        return Some(Growth {
+            rate: 0.0,
+            ramping: false,
+            time_to_full: None,
+            since,
+            at,
+        });
+    }
+    // One point after a drop: no rate yet (and no ramp).
+    let rate = rate_of(anchored).unwrap_or(0.0);
+    let ramping = anchored.len() >= 3
+        && at - since >= window * 0.5
+        && rate >= test.min_rate
+        && ramps(anchored, test.min_rate, test.noise);
+    // A steady ramp further back than the window, with no re-anchoring drop: refine the rate
+    // (only for a rate that matters: most series are flat, and this is per GPU and process).
+    let rate = if anchor == 0 && rate >= test.min_rate / 2.0 {
+        refine(points, window, rate)
+    } else {
+        rate
+    };
+    Some(Growth {
+        rate,
+        ramping,
+        time_to_full: ttf(ramping, rate, headroom),
+        since,
+        at,
+    })
+}
+
+/// The index after the last drop that frees at least [`DROP_MIN`] and half of what the points
+/// before it (since the previous anchor) rose above their lowest.
+fn reanchor(points: &[(f64, f64)]) -> usize {
+    let mut anchor = 0;
+    let Some(&(_, first)) = points.first() else {
+        return 0;
+    };
+    let (mut low, mut high) = (first, first);
+    for i in 1..points.len() {
+        let (prev, v) = (points[i - 1].1, points[i].1);
+        if prev - v >= DROP_MIN.max(0.5 * (high - low)) {
+            anchor = i;
+            (low, high) = (v, v);
+        } else {
+            low = low.min(v);
+            high = high.max(v);
+        }
+    }
+    anchor
+}
+
+/// Theil–Sen slope, with the one increment that carries most of the rise (a step) taken out.
+fn rate_of(points: &[(f64, f64)]) -> Option<f64> {
+    slope_bytes_per_s(&destep(points))
+}
+
+/// `points` with the one increment of at least 1 GiB that carries more than half of the rise
+/// (a step: an intruder's allocation on top of a ramp; noise on a slow ramp is not one) taken
+/// out: the points after it are lowered by it,
+/// less one typical increment (the ramp went on while it happened).
+fn destep(points: &[(f64, f64)]) -> std::borrow::Cow<'_, [(f64, f64)]> {
+    let (Some(first), Some(last)) = (points.first(), points.last()) else {
+        return points.into();
+    };
+    let rise = last.1 - first.1;
+    let top = points
+        .windows(2)
+        .enumerate()
+        .map(|(i, w)| (i + 1, w[1].1 - w[0].1))
+        .max_by(|a, b| a.1.total_cmp(&b.1));
+    match top {
+        Some((i, step)) if step >= DROP_MIN && step > 0.5 * rise && points.len() >= 4 => {
+            let typical = (rise - step) / (points.len() - 2) as f64;
+            points
+                .iter()
+                .enumerate()
+                .map(|(j, &(t, v))| (t, if j >= i { v - step + typical } else { v }))
+                .collect::<Vec<_>>()
+                .into()
+        }
+        _ => points.into(),
+    }
+}
+
+/// Increments of `points` over at least [`BUCKET_S`]: the last value of each bucket minus the
+/// last of the one before (the first: minus the first point).
+fn increments(points: &[(f64, f64)]) -> Vec<f64> {
+    let Some(&(t0, v0)) = points.first() else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    let mut prev = v0;
+    let mut bucket = 0u64;
+    let mut last_in_bucket: Option<f64> = None;
+    for &(t, v) in &points[1..] {
+        let b = ((t - t0) / BUCKET_S).floor().max(0.0) as u64;
+        if b != bucket {
+            if let Some(l) = last_in_bucket.take() {
+                out.push(l - prev);
+                prev = l;
+            }
+            bucket = b;
+        }
+        last_in_bucket = Some(v);
+    }
+    if let Some(l) = last_in_bucket {
+        out.push(l - prev);
+    }
+    out
+}
+
+/// The ramp test of the module doc, on anchored points.
+fn ramps(points: &[(f64, f64)], min_rate: f64, noise: f64) -> bool {
+    let (Some(first), Some(last)) = (points.first(), points.last()) else {
+        return false;
+    };
+    let rise = last.1 - first.1;
+    let span = last.0 - first.0;
+    if rise <= 0.0 || span <= 0.0 {
+        return false;
+    }
+    let inc = increments(points);
+    let n = inc.len();
+    if n < 2 {
+        return false;
+    }
+    let destepped = destep(points);
+    // Most increments rise, spread over at least half of the window, and the newest quarter
+    // still rises: a load is a few steps between plateaus, then a plateau. An increment rises
+    // when it is above the noise and at least half an even share of the rise (an intruder's
+    // step taken out): a 300 MiB context created before a 20 GiB load is not part of a ramp.
+    let even = destepped.last().map_or(rise, |l| l.1 - destepped[0].1);
+    let floor = noise.max(even / (2 * n) as f64);
+    let rises = |d: &f64| *d > floor;
+    let rising = inc.iter().filter(|d| rises(d)).count();
+    let first_rise = inc.iter().position(rises).unwrap_or(n);
+    let last_rise = inc.iter().rposition(rises).unwrap_or(0);
+    // Since the first rise, no plateau longer than a fifth of the window (at least 2
+    // increments): loads one after another are steps between plateaus.
+    let longest_gap = inc[first_rise.min(n)..]
+        .split(|d| rises(d))
+        .map(<[f64]>::len)
+        .max()
+        .unwrap_or(0);
+    if rising * 2 < n
+        || (last_rise + 1).saturating_sub(first_rise) * 2 < n
+        || !inc[n - (n / 4).max(1)..].iter().any(rises)
+        || longest_gap > (n / 5).max(2)
+        || !staircase(&destepped, 3, noise)
+    {
+        return false;
+    }
+    // The two largest increments, in one pass.
+    let (mut a, mut b) = (f64::NEG_INFINITY, f64::NEG_INFINITY);
+    for &d in &inc {
+        if d > a {
+            (a, b) = (d, a);
+        } else if d > b {
+            b = d;
+        }
+    }
+    let top2 = a.max(0.0) + b.max(0.0);
+    if top2 <= 0.6 * rise {
+        return true;
+    }
+    // The spread of the increments (twice their median absolute deviation): noise on a slow
+    // ramp makes its largest increments large without being steps.
+    let mut mid = inc.clone();
+    let med = median(&mut mid);
+    let mut dev: Vec<f64> = inc.iter().map(|d| (d - med).abs()).collect();
+    let spread = 2.0 * median(&mut dev);
+    if top2 - 2.0 * spread <= 0.6 * rise {
+        return true;
+    }
+    rising * 4 >= n * 3 && (rise - top2) >= min_rate * span
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// The rate over the longest window (2×, 4×, 8× the filling window, within the points) whose
+/// two halves ramp at rates within 50 % of each other: loose enough for noise on a slow ramp
+/// (whose short-window rate is noisy: it is not compared), tight enough to refuse a plateau or
+/// a load before a fast ramp. `short` when none does.
+fn refine(points: &[(f64, f64)], window: f64, short: f64) -> f64 {
+    let Some(&(at, _)) = points.last() else {
+        return short;
+    };
+    let mut best = short;
+    for k in [2.0, 4.0, 8.0] {
+        let from = at - window * k;
+        if points.first().is_none_or(|p| p.0 > from + window * 0.5) {
+            break;
+        }
+        let start = points.partition_point(|p| p.0 < from);
+        let span = &points[start..];
+        if reanchor(span) != 0 {
+            break;
+        }
+        let mid = span.partition_point(|p| p.0 < at - window * k / 2.0);
+        let (Some(a), Some(b), Some(all)) = (
+            slope_bytes_per_s(&span[..mid]),
+            slope_bytes_per_s(&span[mid..]),
+            slope_bytes_per_s(span),
+        ) else {
+            break;
+        };
+        let close = |x: f64, y: f64| (x - y).abs() <= 0.5 * x.abs().max(y.abs());
+        if a > 0.0 && b > 0.0 && close(a, b) && close(all, a.max(b)) {
+            best = all;
+        } else {
+            break;
+        }
+    }
+    best
+}
+
+/// Whether the window `[first, last]` of `points` is cut into `parts` whose medians each rise
+/// by more than `min_step` and by at least half of an even share of the whole rise. Medians are
+/// taken over at most 9 evenly picked points per part.
+pub fn staircase(points: &[(f64, f64)], parts: usize, min_step: f64) -> bool {
+    let (Some(first), Some(last)) = (points.first(), points.last()) else {
+        return false;
+    };
+    let span = last.0 - first.0;
+    if parts < 2 || span <= 0.0 {
+        return false;
+    }
+    let mut medians = Vec::with_capacity(parts);
+    let mut start = 0;
+    for k in 0..parts {
+        let end_t = first.0 + span * (k + 1) as f64 / parts as f64;
+        let mut end = start;
+        while end < points.len() && (points[end].0 <= end_t || k + 1 == parts) {
+            end += 1;
+        }
+        let part = &points[start..end];
+        if part.is_empty() {
+            return false;
+        }
+        let n = part.len().min(9);
+        let mut picked: Vec<f64> = (0..n)
+            .map(|i| {
+                part[if n == 1 {
+                    0
+                } else {
+                    i * (part.len() - 1) / (n - 1)
+                }]
+                .1
+            })
+            .collect();
+        picked.sort_by(f64::total_cmp);
+        medians.push(picked[n / 2]);
+        start = end;
+    }
+    // Every part rises, and by at least half an even share of the whole rise: a step with a
+    // small bump beside it (a context created, then the allocation) is still one step.
+    let total = medians[parts - 1] - medians[0];
+    let share = total / (2 * (parts - 1)) as f64;
+    total > 0.0
+        && medians
+            .windows(2)
+            .all(|w| w[1] - w[0] > min_step.max(share))
+}
+
+/// Whether `points` (e.g. a leak window's picked points) pass the ramp test with increments
+/// over at least 1 s: many increments rather than a few steps.
+pub fn ramp_shape(points: &[(f64, f64)], min_rate: f64, noise: f64) -> bool {
+    ramps(points, min_rate, noise)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rules() -> RampTest {
+        gpu_test(&Rules::default())
+    }
+
+    fn at(hz: f64, secs: f64, f: impl Fn(f64) -> f64) -> Vec<(f64, f64)> {
+        let n = (secs * hz) as usize;
+        (0..=n)
+            .map(|i| {
+                let t = i as f64 / hz;
+                (t, f(t))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_steady_ramp_ramps_at_1_and_4_hz_with_its_rate() {
+        for hz in [1.0, 4.0] {
+            let pts = at(hz, 30.0, |t| 10.0 * GIB + t * 0.5 * GIB);
+            let g = series_growth(&pts, Some(50.0 * GIB), &rules()).expect("growth");
+            assert!(g.ramping, "{hz} Hz");
+            assert!(
+                (g.rate - 0.5 * GIB).abs() < 0.01 * GIB,
+                "{hz} Hz: {}",
+                g.rate
+            );
+            assert!((g.time_to_full.expect("ttf") - 100.0).abs() < 1.0);
+        }
+    }
+
+    #[test]
+    fn a_load_in_steps_then_a_plateau_never_ramps() {
+        // leak-to-oom's first 20 s: steps of 6.5, 2, 1.2, 6.6 GiB.
+        let load = |t: f64| {
+            GIB * [
+                (4.5, 6.5),
+                (9.0, 0.8),
+                (9.25, 1.2),
+                (14.0, 1.2),
+                (14.25, 7.6),
+            ]
+            .iter()
+            .filter(|(s, _)| t >= *s)
+            .map(|(_, v)| v)
+            .sum::<f64>()
+        };
+        for hz in [1.0, 4.0] {
+            let pts = at(hz, 40.0, load);
+            for end in 2..pts.len() {
+                let g = series_growth(&pts[..end], Some(100.0 * GIB), &rules()).expect("growth");
+                assert!(!g.ramping, "{hz} Hz at t = {}", pts[end - 1].0);
+                assert_eq!(g.time_to_full, None);
+            }
+        }
+    }
+
+    #[test]
+    fn a_leak_in_coarse_steps_still_ramps() {
+        // 0.4 GiB every 2 s, at 1 Hz and 4 Hz.
+        for hz in [1.0, 4.0] {
+            let pts = at(hz, 30.0, |t| GIB + (t / 2.0).floor() * 0.4 * GIB);
+            let g = series_growth(&pts, Some(50.0 * GIB), &rules()).expect("growth");
+            assert!(g.ramping, "{hz} Hz");
+            assert!(
+                (g.rate - 0.2 * GIB).abs() < 0.05 * GIB,
+                "{hz} Hz: {}",
+                g.rate
+            );
+        }
+    }
+
+    #[test]
+    fn a_drop_re_anchors_at_once() {
+        for hz in [1.0, 4.0] {
+            let mut pts = at(hz, 30.0, |t| GIB + t * GIB);
+            let last = pts.last().expect("points").0;
+            pts.push((last + 1.0 / hz, 2.0 * GIB));
+            let g = series_growth(&pts, Some(100.0 * GIB), &rules()).expect("growth");
+            assert!(!g.ramping, "{hz} Hz");
+            assert_eq!(g.time_to_full, None);
+        }
+    }
+
+    #[test]
+    fn a_ramp_an_intruder_lands_on_still_ramps_at_its_own_rate() {
+        for hz in [1.0, 4.0] {
+            let pts = at(hz, 30.0, |t| {
+                GIB + t * GIB + if t >= 22.0 { 40.0 * GIB } else { 0.0 }
+            });
+            let g = series_growth(&pts, Some(100.0 * GIB), &rules()).expect("growth");
+            assert!(g.ramping, "{hz} Hz");
+            assert!(
+                (g.rate - GIB).abs() < 0.15 * GIB,
+                "{hz} Hz: {}",
+                g.rate / GIB
+            );
+        }
+    }
+
+    #[test]
+    fn a_flat_series_has_no_growth() {
+        let pts = at(1.0, 30.0, |t| 5.0 * GIB + if t > 10.0 { MIB } else { 0.0 });
+        let g = series_growth(&pts, Some(GIB), &rules()).expect("growth");
+        assert_eq!((g.rate, g.ramping, g.time_to_full), (0.0, false, None));
+    }
+
+    #[test]
+    fn a_slow_noisy_ramp_gets_a_steady_rate_from_a_longer_window() {
+        // The demo's GPU 1: 2.6 GiB/min with ±200 MiB of noise, at 1 Hz over 2 min.
+        let mut x: u64 = 12345;
+        let mut noise = || {
+            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            ((x >> 33) as f64 / f64::from(1u32 << 31) - 0.5) * 400.0 * MIB
+        };
+        let rate = 2.6 * GIB / 60.0;
+        let pts: Vec<(f64, f64)> = (0..=120)
+            .map(|i| (f64::from(i), 80.0 * GIB + f64::from(i) * rate + noise()))
+            .collect();
+        let g = series_growth(&pts, Some(50.0 * GIB), &rules()).expect("growth");
+        assert!((g.rate - rate).abs() < 0.1 * rate, "{} vs {rate}", g.rate);
+    }
+}

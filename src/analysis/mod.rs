@@ -11,7 +11,8 @@
 //!   where the frame came from ([`Parents`]);
 //! - the memory split ([`MemSplit`]): *external* is everything in `used` that is not mine,
 //!   unattributed memory included (DESIGN §3); an unknown value is never summed;
-//! - growth and time to full are the detector's.
+//! - growth and time to full are the detector's ([`crate::history::gpu_growth`]: time to full
+//!   only while the growth is a ramp).
 
 pub mod split;
 
@@ -300,25 +301,16 @@ fn gpus(
         .gpus
         .iter()
         .map(|g| {
-            let (rate, ttf) = history
+            let growth = history
                 .gpu(&g.uuid)
-                .map_or((None, None), |h| gpu_growth(h, rules));
+                .and_then(|h| crate::history::gpu_growth(h, rules));
             GpuAnalysis {
                 uuid: g.uuid.clone(),
                 index: g.index,
                 split: MemSplit::of(g, watched),
-                growth_bytes_per_s: rate,
-                time_to_full_s: ttf,
+                growth_bytes_per_s: growth.map(|gr| gr.rate),
+                time_to_full_s: growth.and_then(|gr| gr.time_to_full),
             }
         })
         .collect()
-}
-
-/// Growth (bytes/s) and time to full (s) of a GPU's memory, as the detector judges them.
-fn gpu_growth(h: &crate::history::GpuHistory, rules: &Rules) -> (Option<f64>, Option<f64>) {
-    (
-        h.growth_bytes_per_s(rules.filling_window),
-        h.time_to_full(rules.filling_window)
-            .map(|d| d.as_secs_f64()),
-    )
 }

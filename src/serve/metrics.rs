@@ -337,13 +337,13 @@ fn gpu(
     if let Some((growth, ttf)) = state.growth.get(&g.uuid) {
         b.maybe(
             "gpuwatch_memory_growth_bytes_per_second",
-            "Robust growth of memory used over the filling window.",
+            "Growth of memory used, as the detector measures it (robust, over the filling window).",
             &labels,
             *growth,
         );
         b.maybe(
             "gpuwatch_memory_time_to_full_seconds",
-            "Predicted time until memory is full at the current growth.",
+            "Predicted time until memory is full, only while the growth is a ramp.",
             &labels,
             *ttf,
         );

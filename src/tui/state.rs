@@ -177,9 +177,6 @@ pub const CHART_SPANS: [Duration; 6] = [
     Duration::from_hours(1),
 ];
 
-/// How far back process growth is measured.
-pub const GROWTH_WINDOW: Duration = Duration::from_mins(1);
-
 /// The whole UI state. (Its flags are independent switches of the screen, hence several bools.)
 #[allow(clippy::struct_excessive_bools)]
 pub struct UiState {
@@ -380,7 +377,8 @@ impl UiState {
                 let d = self.analyzer.history().process_for(&g.uuid, p).map_or_else(
                     Derived::default,
                     |(_, h)| Derived {
-                        growth: h.growth_bytes_per_s(GROWTH_WINDOW),
+                        growth: crate::history::process_growth(h, self.analyzer.rules())
+                            .map(|g| g.rate),
                         peak: h.peak_used().map(|(bytes, _)| bytes),
                     },
                 );

@@ -246,10 +246,9 @@ fn panel(state: &UiState, ctx: &Context, g: &GpuSample, width: usize) -> Vec<Lin
         .analysis
         .as_ref()
         .and_then(|a| a.gpu(&g.uuid)?.time_to_full_s)
-        .and_then(|s| std::time::Duration::try_from_secs_f64(s).ok())
     {
         line3.push(Span::styled(
-            format!("  full in {}", fmt_minutes(ttf)),
+            format!("  full in {}", crate::output::fmt_eta(ttf)),
             t.bad(),
         ));
     }
@@ -282,17 +281,6 @@ fn compact(state: &UiState, ctx: &Context, g: &GpuSample, width: usize) -> Line<
     spans.push(temp_span(g, t));
     spans.push(Span::raw(format!(" {}", power_text(g))));
     Line::from(clip_line(spans, width))
-}
-
-fn fmt_minutes(d: std::time::Duration) -> String {
-    let s = d.as_secs();
-    if s >= 3600 {
-        format!("{}h{:02}m", s / 3600, (s / 60) % 60)
-    } else if s >= 60 {
-        format!("{}m", s / 60)
-    } else {
-        format!("{s}s")
-    }
 }
 
 /// Cuts a line of spans to `width` characters.

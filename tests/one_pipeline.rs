@@ -118,11 +118,17 @@ fn daemon_dashboard_and_run_find_the_same_things_in_one_recording() {
     let dashboard = delivered(&tui_sink, t0);
     let run = delivered(&run_sink, t0);
     eprintln!("daemon    {daemon:?}\ndashboard {dashboard:?}\nrun       {run:?}");
+    // What the detector should deliver at all: the leak (from t ≈ 20.5 s) opens filling-up
+    // after the model loads of the first 14 s (which open nothing), and it resolves as soon as
+    // the leaker is gone (t ≈ 74.75 s).
+    let filling: Vec<_> = daemon.iter().filter(|e| e.1 == "filling-up").collect();
     assert!(
-        daemon
-            .iter()
-            .any(|e| e.0 == "opened" && e.1 == "filling-up"),
-        "the leak is found: {daemon:?}"
+        filling.len() == 2
+            && filling[0].0 == "opened"
+            && (20.5..36.0).contains(&filling[0].4)
+            && filling[1].0 == "resolved"
+            && (74.0..76.0).contains(&filling[1].4),
+        "{daemon:?}"
     );
     // Frames of a fast replay may be skipped by a busy consumer: a moment may differ by a
     // sample or two (0.5 s), nothing else.

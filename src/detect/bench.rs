@@ -34,17 +34,17 @@
 //! rule = "filling-up"       # never open (optionally `gpu`, `pid`, `between = [a, b]`)
 //! ```
 //!
-//! [`feed`] is the one place that turns a case into samples and runs History + Detector the
-//! way the daemon does ([`super::compact_history`] over the default history window,
-//! [`super::Detector::step`] with the sample's time as now); [`score`] judges a run.
+//! [`feed`] is the one place that turns a case into samples and runs them through the
+//! pipeline's analysis stage ([`crate::analysis::Analyzer`], compact as the daemon's, over the
+//! default history window, the sample's time as now); [`score`] judges a run.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::{Detector, Finding, FindingEvent, RuleKind, Rules, Severity, compact_history};
-use crate::model::{ProcSample, Sample};
+use super::{Finding, FindingEvent, RuleKind, Rules, Severity, compact_history};
+use crate::model::Sample;
 use crate::record::Recording;
 use crate::source::scripted::ScriptedSource;
 
@@ -243,42 +243,80 @@ pub struct Run {
     pub events: Vec<(f64, FindingEvent)>,
 }
 
-/// Feeds a case through History + Detector at `interval`, as the front ends do.
+/// Feeds a case at `interval` through the pipeline's analysis stage, the one every front end
+/// consumes ([`crate::analysis::Analyzer`], its history compact as the daemon's, over the
+/// default history window), the case's `watch` PIDs as the watched set.
 pub fn feed(case: &Case, interval: Duration, rules: &Rules) -> Run {
+    use crate::analysis::{Analyzer, Detail, Parents};
     let mut run = Run {
         interval,
         observations: Vec::new(),
         events: Vec::new(),
     };
-    let mut detector = Detector::new(rules.clone());
-    let watch = case.watch.clone();
-    let watched = move |p: &ProcSample| watch.contains(&p.pid);
-    trace(case, interval, rules, &mut |t, history, sample| {
-        let events = detector.step(history, sample, sample.taken_at, None, &watched);
-        run.events.extend(events.into_iter().map(|e| (t, e)));
+    let watch = crate::watch::WatchSet::new(
+        case.watch
+            .iter()
+            .map(|&pid| crate::watch::WatchSpec::Pid(pid))
+            .collect(),
+        None,
+    );
+    let mut analyzer = Analyzer::new(
+        rules.clone(),
+        crate::config::Config::default().history.window,
+        Detail::Compact,
+        watch,
+    )
+    .with_parents(Parents::Reported);
+    let source = std::sync::Arc::new(crate::model::SourceInfo {
+        kind: crate::model::SourceKind::Replay,
+        host: "bench".into(),
+        driver_version: None,
+        cuda_version: None,
+        nvml_version: None,
+        detail: case.name.clone(),
+        me: None,
+    });
+    let mut seq = 0;
+    samples(case, interval, &mut |t, sample| {
+        seq += 1;
+        let frame = std::sync::Arc::new(crate::model::Frame {
+            seq,
+            source: std::sync::Arc::clone(&source),
+            sample: sample.clone(),
+            published: std::time::Instant::now(),
+            interval,
+        });
+        let analysis = analyzer.push(&frame);
+        run.events
+            .extend(analysis.events.into_iter().map(|e| (t, e)));
         run.observations.push(Observation {
             t,
-            open: detector.open().into_iter().cloned().collect(),
+            open: analysis.findings,
         });
     });
     run
 }
 
 /// The samples of a case at `interval`, each pushed into a history built as the daemon
-/// builds it, then handed to `each` with its scenario time (what [`feed`] runs the detector
-/// on; a tool may look at the growth estimates with it).
+/// builds it, then handed to `each` with its scenario time (a tool may look at the growth
+/// estimates with it).
 pub fn trace(
     case: &Case,
     interval: Duration,
     rules: &Rules,
     each: &mut dyn FnMut(f64, &crate::history::History, &Sample),
 ) {
-    let step = interval.as_secs_f64().max(0.01);
     let mut history = compact_history(crate::config::Config::default().history.window, rules);
-    let mut one = |t: f64, sample: &Sample| {
+    samples(case, interval, &mut |t, sample| {
         history.push(sample);
         each(t, &history, sample);
-    };
+    });
+}
+
+/// The samples of a case at `interval`, with their scenario times: a scenario evaluated every
+/// `interval`, or the recording's samples a sampler at `interval` would have seen.
+fn samples(case: &Case, interval: Duration, one: &mut dyn FnMut(f64, &Sample)) {
+    let step = interval.as_secs_f64().max(0.01);
     match &case.feed {
         Feed::Scenario { source, duration } => {
             let n = (duration / step).floor() as u64;

@@ -12,7 +12,7 @@ the median is reported. One `tmux capture-pane -p` of each tool's last run goes 
 target/tui-cpu/*.txt.
 
     python3 bench/tui_cpu.py [--window 60] [--warmup 10] [--repeats 3] [--with-nvtop]
-                             [--with-nvitop] [--threads] [--gpus 8] [--procs 50]
+                             [--with-nvitop] [--threads] [--gpuwatch PATH] [--gpus 8] [--procs 50]
 
 --with-nvtop: measure nvtop (it loads the double as libnvidia-ml.so.1 through LD_LIBRARY_PATH);
 nvtop must be installed (Debian/Ubuntu: `apt-get install nvtop`, in Debian's contrib component);
@@ -226,6 +226,8 @@ def main():
     ap.add_argument("--with-nvtop", action="store_true", help="also measure nvtop (must be installed)")
     ap.add_argument("--with-nvitop", action="store_true", help="pip install nvitop into target/nvitop-venv if missing")
     ap.add_argument("--no-nvitop", action="store_true", help="do not measure nvitop even when importable")
+    ap.add_argument("--gpuwatch", metavar="PATH",
+                    help="measure this gpuwatch binary (e.g. an older build) instead of building target/release")
     ap.add_argument("--threads", action="store_true", help="also print each tool's CPU per thread name")
     ap.add_argument("--gpus", type=int, default=8)
     ap.add_argument("--procs", type=int, default=50, help="processes per GPU (50)")
@@ -249,11 +251,21 @@ def main():
     signal.signal(signal.SIGTERM, die)
     signal.signal(signal.SIGHUP, die)
 
-    subprocess.run(
-        ["cargo", "build", "--release", "--quiet", "-p", "gpuwatch", "-p", "fake-nvml"], cwd=ROOT, check=True
-    )
-    binary = os.path.join(TARGET, "release", "gpuwatch")
-    lib = os.path.join(TARGET, "release", "libfake_nvml.so")
+    if args.gpuwatch:
+        binary = os.path.abspath(args.gpuwatch)
+        if not os.access(binary, os.X_OK):
+            sys.exit(f"--gpuwatch: {binary} is not an executable file")
+        # The double: the one beside that binary, else target/release's.
+        lib = os.path.join(os.path.dirname(binary), "libfake_nvml.so")
+        if not os.path.exists(lib):
+            subprocess.run(["cargo", "build", "--release", "--quiet", "-p", "fake-nvml"], cwd=ROOT, check=True)
+            lib = os.path.join(TARGET, "release", "libfake_nvml.so")
+    else:
+        subprocess.run(
+            ["cargo", "build", "--release", "--quiet", "-p", "gpuwatch", "-p", "fake-nvml"], cwd=ROOT, check=True
+        )
+        binary = os.path.join(TARGET, "release", "gpuwatch")
+        lib = os.path.join(TARGET, "release", "libfake_nvml.so")
     os.makedirs(OUTDIR, exist_ok=True)
 
     py = None

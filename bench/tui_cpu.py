@@ -255,11 +255,9 @@ def main():
         binary = os.path.abspath(args.gpuwatch)
         if not os.access(binary, os.X_OK):
             sys.exit(f"--gpuwatch: {binary} is not an executable file")
-        # The double: the one beside that binary, else target/release's.
-        lib = os.path.join(os.path.dirname(binary), "libfake_nvml.so")
-        if not os.path.exists(lib):
-            subprocess.run(["cargo", "build", "--release", "--quiet", "-p", "fake-nvml"], cwd=ROOT, check=True)
-            lib = os.path.join(TARGET, "release", "libfake_nvml.so")
+        # This tree's double, for every tool (an older one may lack what nvtop needs).
+        subprocess.run(["cargo", "build", "--release", "--quiet", "-p", "fake-nvml"], cwd=ROOT, check=True)
+        lib = os.path.join(TARGET, "release", "libfake_nvml.so")
     else:
         subprocess.run(
             ["cargo", "build", "--release", "--quiet", "-p", "gpuwatch", "-p", "fake-nvml"], cwd=ROOT, check=True

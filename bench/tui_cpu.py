@@ -12,7 +12,8 @@ the median is reported. One `tmux capture-pane -p` of each tool's last run goes 
 target/tui-cpu/*.txt.
 
     python3 bench/tui_cpu.py [--window 60] [--warmup 10] [--repeats 3] [--with-nvtop]
-                             [--with-nvitop] [--threads] [--gpuwatch PATH] [--gpus 8] [--procs 50]
+                             [--with-nvitop] [--threads] [--gpuwatch PATH] [--compare PATH]
+                             [--gpus 8] [--procs 50]
 
 --with-nvtop: measure nvtop (it loads the double as libnvidia-ml.so.1 through LD_LIBRARY_PATH);
 nvtop must be installed (Debian/Ubuntu: `apt-get install nvtop`, in Debian's contrib component);
@@ -213,7 +214,7 @@ def machine():
 def median_line(name, runs):
     cpus = [c for c, _ in runs]
     servers = [t for _, t in runs]
-    return (f"{name:<9} {statistics.median(cpus):6.2f} % of one core, median of {len(cpus)} "
+    return (f"{name:<12} {statistics.median(cpus):6.2f} % of one core, median of {len(cpus)} "
             f"(runs: {', '.join(f'{c:.2f}' for c in cpus)}; tmux server median "
             f"{statistics.median(servers):.2f} %)")
 
@@ -228,6 +229,8 @@ def main():
     ap.add_argument("--no-nvitop", action="store_true", help="do not measure nvitop even when importable")
     ap.add_argument("--gpuwatch", metavar="PATH",
                     help="measure this gpuwatch binary (e.g. an older build) instead of building target/release")
+    ap.add_argument("--compare", metavar="PATH",
+                    help="also measure this other gpuwatch build (e.g. the one before a change) in the same rotation")
     ap.add_argument("--threads", action="store_true", help="also print each tool's CPU per thread name")
     ap.add_argument("--gpus", type=int, default=8)
     ap.add_argument("--procs", type=int, default=50, help="processes per GPU (50)")
@@ -275,7 +278,7 @@ def main():
     sleepers = []
     tmp = tempfile.mkdtemp(prefix="tuicpu-")
     try:
-        tools = 1 + (nvtop is not None) + (py is not None)
+        tools = 1 + bool(args.compare) + (nvtop is not None) + (py is not None)
         # Outlive every run, but not forever.
         life = str(int((args.warmup + args.window + 5) * args.repeats * tools) + 120)
         sleepers = [subprocess.Popen(["sleep", life]) for _ in range(args.gpus * args.procs)]
@@ -303,9 +306,9 @@ def main():
         if nvtop is not None:
             print(f"nvtop: {nvtop} ({about})")
 
-        def run_gpuwatch():
+        def run_gpuwatch(name="gpuwatch", binary=binary):
             cpu, srv, text = measure(
-                "gpuwatch", [binary, "--interval", "1s"], dict(env, GPUWATCH_NVML_LIB=lib), binary, args
+                name, [binary, "--interval", "1s"], dict(env, GPUWATCH_NVML_LIB=lib), binary, args
             )
             shown = len(re.findall(r"GPU +\d+ H200", text))
             pids_shown = sum(1 for s in sleepers if re.search(rf"\b{s.pid}\b", text))
@@ -341,6 +344,14 @@ def main():
             return cpu, srv, f"{shown} GPU rows, {pids_shown} sleep PIDs"
 
         plan = [("gpuwatch", run_gpuwatch)]
+        if args.compare:
+            other = os.path.abspath(args.compare)
+            if not os.access(other, os.X_OK):
+                sys.exit(f"--compare: {other} is not an executable file")
+            if other == binary:
+                sys.exit("--compare: the same binary as the one measured")
+            print(f"compare: {other} as gpuwatch-cmp")
+            plan.append(("gpuwatch-cmp", lambda: run_gpuwatch("gpuwatch-cmp", other)))
         if nvtop is not None:
             plan.append(("nvtop", run_nvtop))
         if py is not None:

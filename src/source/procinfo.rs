@@ -1113,11 +1113,28 @@ mod tests {
     /// the kernel regenerates on each read: new CPU time and RSS, one system call per file.
     #[test]
     fn a_refresh_reads_kept_descriptors_anew() {
-        let mut child = std::process::Command::new("sh")
-            .args(["-c", "while :; do :; done"])
-            .spawn()
-            .expect("spawn a busy shell");
-        let pid = child.id();
+        /// Kills the busy loop however the test ends.
+        struct Busy(std::process::Child);
+        impl Drop for Busy {
+            fn drop(&mut self) {
+                let _ = self.0.kill();
+                let _ = self.0.wait();
+            }
+        }
+        let mut child = Busy(
+            std::process::Command::new("sh")
+                .args(["-c", "while :; do :; done"])
+                .spawn()
+                .expect("spawn a busy shell"),
+        );
+        let pid = child.0.id();
+        // Past exec: a command line read mid-exec is empty, and the facts stay incomplete.
+        for _ in 0..200 {
+            if std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.starts_with(b"sh\0")) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
         let mut info = ProcInfo::new().expect("sysinfo supported");
         info.enrich(&[pid]);
         std::thread::sleep(MIN_CPU_WINDOW);
@@ -1128,16 +1145,16 @@ mod tests {
         let before = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
         std::thread::sleep(Duration::from_millis(300));
         let after = info.enrich(&[pid])[&pid].clone();
-        // The same descriptor, yet the CPU time moved: the busy loop burnt ~300 ms.
+        // The same descriptor, yet the CPU time moved: the busy loop ran for 300 ms.
         let files = &info.tracked[&pid].files;
         assert!(std::ptr::eq(kept_stat, files.stat.as_ref().expect("kept")));
-        assert!(after.cpu_percent.is_some_and(|c| c > 30.0), "{after:?}");
+        assert!(after.cpu_percent.is_some_and(|c| c > 5.0), "{after:?}");
         let fresh = read_stat_with(read_proc_line, &mut None, pid).expect("stat");
         let old = parse_stat(&before).expect("parse");
         assert!(fresh.cpu_ticks > old.cpu_ticks, "{old:?} -> {fresh:?}");
         assert!(after.rss_bytes.is_some_and(|b| b > 0));
-        let _ = child.kill();
-        let _ = child.wait();
+        let _ = child.0.kill();
+        let _ = child.0.wait();
         // Reaped: the kept descriptors answer ESRCH, the path ENOENT: gone, descriptors closed.
         assert_eq!(info.enrich(&[pid])[&pid], HostProc::default());
         assert!(info.loaded_pids().is_empty());

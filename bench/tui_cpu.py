@@ -1,15 +1,23 @@
 #!/usr/bin/env python3
-"""CPU cost of the live dashboard (`gpuwatch` in a terminal), and of nvitop on the same GPUs.
+"""CPU cost of the live dashboard (`gpuwatch` in a terminal), against nvtop's and nvitop's on the same GPUs.
 
-Both run against the NVML test double (crates/fake-nvml) with 8 GPUs x 64 processes whose PIDs
-are 512 real `sleep` processes (so /proc enrichment runs for real), on one shared timeline
-(FAKE_NVML_EPOCH). Each tool runs in a detached tmux session of 200x60 at a 1 s interval; after
-a warm-up the script reads utime+stime of the tool's process from /proc/PID/stat (the main
-PID's line covers all its threads) at the start and end of the window and prints the CPU time
-as % of one core. One `tmux capture-pane -p` of each goes to target/tui-cpu/*.txt.
+Every tool runs against the NVML test double (crates/fake-nvml) with 8 GPUs x 50 processes whose
+PIDs are 400 real `sleep` processes (so /proc enrichment runs for real), on one shared timeline
+(FAKE_NVML_EPOCH). Each tool runs in a detached tmux session of 200x60 at a 1 s interval
+(gpuwatch --interval 1s, nvtop -d 10, nvitop --interval 1); after a warm-up the script reads
+utime+stime of the tool's process from /proc/PID/stat (the main PID's line covers all its
+threads) at the start and end of the window and prints the CPU time as % of one core. Each tool
+is measured --repeats times, the tools taking turns (so a noisy neighbour hits all of them), and
+the median is reported. One `tmux capture-pane -p` of each tool's last run goes to
+target/tui-cpu/*.txt.
 
-    python3 bench/tui_cpu.py [--window 60] [--warmup 5] [--with-nvitop] [--gpus 8] [--procs 64]
+    python3 bench/tui_cpu.py [--window 60] [--warmup 10] [--repeats 3] [--with-nvtop]
+                             [--with-nvitop] [--threads] [--gpuwatch PATH] [--compare PATH]
+                             [--gpus 8] [--procs 50]
 
+--with-nvtop: measure nvtop (it loads the double as libnvidia-ml.so.1 through LD_LIBRARY_PATH);
+nvtop must be installed (Debian/Ubuntu: `apt-get install nvtop`, in Debian's contrib component);
+without it the script stops with a message saying so before measuring anything.
 --with-nvitop: create target/nvitop-venv and `pip install nvitop` into it when nvitop is not
 importable (from that venv or from this interpreter). Without the flag nvitop is measured only
 when it is already importable. Needs tmux. Everything started here (tmux server on a private
@@ -20,6 +28,7 @@ import os
 import re
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -45,6 +54,25 @@ def cpu_ticks(pid):
         fields = f.read().rsplit(")", 1)[1].split()
     # fields[0] is field 3 (state); utime and stime are fields 14 and 15.
     return int(fields[11]) + int(fields[12])
+
+
+def thread_ticks(pid):
+    """{thread name: utime + stime} over PID's threads (threads of one name summed)."""
+    out = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                head, tail = f.read().rsplit(")", 1)
+        except OSError:
+            continue  # the thread ended
+        name = head.split("(", 1)[1]
+        fields = tail.split()
+        out[name] = out.get(name, 0) + int(fields[11]) + int(fields[12])
+    return out
 
 
 def children(pid):
@@ -82,7 +110,7 @@ def pane_text(session):
 
 
 def write_scenario(path, pids, gpus, procs):
-    lines = ["version = 1", 'description = "bench/tui_cpu.py: 8 GPUs x 64 sleeps"']
+    lines = ["version = 1", f'description = "bench/tui_cpu.py: {gpus} GPUs x {procs} sleeps"']
     for g in range(gpus):
         lines += [
             "[[gpu]]",
@@ -126,6 +154,16 @@ def nvitop_python(install):
     return venv_py, None
 
 
+def nvtop_binary():
+    """The nvtop executable and its version line, or (None, reason)."""
+    path = shutil.which("nvtop")
+    if path is None:
+        return None, ("nvtop is not installed (Debian/Ubuntu: `apt-get install nvtop`; on Debian "
+                      "the package is in the contrib component)")
+    probe = subprocess.run([path, "--version"], capture_output=True, text=True)
+    return path, (probe.stdout or probe.stderr).strip()
+
+
 def measure(name, argv, env, marker, args):
     """Run ARGV in a detached 200x60 tmux session; return (cpu %, tmux server cpu %, pane text)."""
     session = f"tuicpu-{name}"
@@ -147,14 +185,19 @@ def measure(name, argv, env, marker, args):
     if dead and dead[0] == "1":
         raise RuntimeError(f"{name} exited (status {dead[1:]}) during warm-up; its screen:\n{pane_text(session)}")
     server = int(tmux("display-message", "-p", "#{pid}").stdout.strip())
-    t0, c0, s0 = time.monotonic(), cpu_ticks(pid), cpu_ticks(server)
+    t0, c0, s0, th0 = time.monotonic(), cpu_ticks(pid), cpu_ticks(server), thread_ticks(pid)
     time.sleep(args.window)
-    t1, c1, s1 = time.monotonic(), cpu_ticks(pid), cpu_ticks(server)
+    t1, c1, s1, th1 = time.monotonic(), cpu_ticks(pid), cpu_ticks(server), thread_ticks(pid)
     text = pane_text(session)
     with open(os.path.join(OUTDIR, f"{name}.txt"), "w") as f:
         f.write(text)
     tmux("kill-session", "-t", session, check=False)
     wall = t1 - t0
+    if args.threads:
+        # Threads that ended during the window are missing: the total above is authoritative.
+        per = {n: (th1[n] - th0.get(n, 0)) / CLK_TCK / wall * 100 for n in th1}
+        busy = sorted(per.items(), key=lambda kv: -kv[1])
+        print(f"  {name} threads: " + ", ".join(f"{n} {c:.2f} %" for n, c in busy if c > 0), flush=True)
     return (c1 - c0) / CLK_TCK / wall * 100, (s1 - s0) / CLK_TCK / wall * 100, text
 
 
@@ -168,17 +211,41 @@ def machine():
     return f"{os.cpu_count()} CPUs ({len(os.sched_getaffinity(0))} usable), {model}"
 
 
+def median_line(name, runs):
+    cpus = [c for c, _ in runs]
+    servers = [t for _, t in runs]
+    return (f"{name:<12} {statistics.median(cpus):6.2f} % of one core, median of {len(cpus)} "
+            f"(runs: {', '.join(f'{c:.2f}' for c in cpus)}; tmux server median "
+            f"{statistics.median(servers):.2f} %)")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--window", type=float, default=60, help="measurement window, seconds (60)")
-    ap.add_argument("--warmup", type=float, default=5, help="warm-up before the window, seconds (5)")
+    ap.add_argument("--warmup", type=float, default=10, help="warm-up before the window, seconds (10)")
+    ap.add_argument("--repeats", type=int, default=3, help="runs of each tool; the median is reported (3)")
+    ap.add_argument("--with-nvtop", action="store_true", help="also measure nvtop (must be installed)")
     ap.add_argument("--with-nvitop", action="store_true", help="pip install nvitop into target/nvitop-venv if missing")
-    ap.add_argument("--no-nvitop", action="store_true", help="measure gpuwatch only")
+    ap.add_argument("--no-nvitop", action="store_true", help="do not measure nvitop even when importable")
+    ap.add_argument("--gpuwatch", metavar="PATH",
+                    help="measure this gpuwatch binary (e.g. an older build) instead of building target/release")
+    ap.add_argument("--compare", metavar="PATH",
+                    help="also measure this other gpuwatch build (e.g. the one before a change) in the same rotation")
+    ap.add_argument("--threads", action="store_true", help="also print each tool's CPU per thread name")
     ap.add_argument("--gpus", type=int, default=8)
-    ap.add_argument("--procs", type=int, default=64, help="processes per GPU (64)")
+    ap.add_argument("--procs", type=int, default=50, help="processes per GPU (50)")
     args = ap.parse_args()
+    if args.repeats < 1 or args.window <= 0 or args.warmup < 0 or args.gpus < 1 or args.procs < 1:
+        sys.exit("--repeats, --window, --gpus and --procs must be positive, --warmup not negative")
+    if args.gpus > 200:
+        sys.exit("--gpus: at most 200 (PCI bus ids 0x18..0xDF)")
     if not shutil.which("tmux"):
         sys.exit("tmux is required")
+    nvtop = None
+    if args.with_nvtop:
+        nvtop, about = nvtop_binary()
+        if nvtop is None:
+            sys.exit(f"--with-nvtop: {about}")
 
     # SIGTERM/SIGHUP run the same clean-up as Ctrl-C.
     def die(signum, _frame):
@@ -187,11 +254,19 @@ def main():
     signal.signal(signal.SIGTERM, die)
     signal.signal(signal.SIGHUP, die)
 
-    subprocess.run(
-        ["cargo", "build", "--release", "--quiet", "-p", "gpuwatch", "-p", "fake-nvml"], cwd=ROOT, check=True
-    )
-    binary = os.path.join(TARGET, "release", "gpuwatch")
-    lib = os.path.join(TARGET, "release", "libfake_nvml.so")
+    if args.gpuwatch:
+        binary = os.path.abspath(args.gpuwatch)
+        if not os.access(binary, os.X_OK):
+            sys.exit(f"--gpuwatch: {binary} is not an executable file")
+        # This tree's double, for every tool (an older one may lack what nvtop needs).
+        subprocess.run(["cargo", "build", "--release", "--quiet", "-p", "fake-nvml"], cwd=ROOT, check=True)
+        lib = os.path.join(TARGET, "release", "libfake_nvml.so")
+    else:
+        subprocess.run(
+            ["cargo", "build", "--release", "--quiet", "-p", "gpuwatch", "-p", "fake-nvml"], cwd=ROOT, check=True
+        )
+        binary = os.path.join(TARGET, "release", "gpuwatch")
+        lib = os.path.join(TARGET, "release", "libfake_nvml.so")
     os.makedirs(OUTDIR, exist_ok=True)
 
     py = None
@@ -203,7 +278,9 @@ def main():
     sleepers = []
     tmp = tempfile.mkdtemp(prefix="tuicpu-")
     try:
-        life = str(int(args.warmup + args.window) * 2 + 120)  # outlive both runs, but not forever
+        tools = 1 + bool(args.compare) + (nvtop is not None) + (py is not None)
+        # Outlive every run, but not forever.
+        life = str(int((args.warmup + args.window + 5) * args.repeats * tools) + 120)
         sleepers = [subprocess.Popen(["sleep", life]) for _ in range(args.gpus * args.procs)]
         scenario = os.path.join(tmp, "scenario.toml")
         write_scenario(scenario, [s.pid for s in sleepers], args.gpus, args.procs)
@@ -220,40 +297,80 @@ def main():
             "XDG_CONFIG_HOME": tmp,  # no user config
             "TERM": "tmux-256color",
         }
+        # The other tools find the double by its library name.
+        peer_env = dict(env, LD_LIBRARY_PATH=libdir)
 
         print(f"machine: {machine()}")
         print(f"load: {args.gpus} GPUs x {args.procs} processes, 1 s interval, 200x60 tmux pane, "
-              f"warm-up {args.warmup:g} s, window {args.window:g} s")
+              f"warm-up {args.warmup:g} s, window {args.window:g} s, {args.repeats} run(s) each")
+        if nvtop is not None:
+            print(f"nvtop: {nvtop} ({about})")
 
-        gw_cpu, gw_tmux, gw_text = measure(
-            "gpuwatch", [binary, "--interval", "1s"], dict(env, GPUWATCH_NVML_LIB=lib), binary, args
-        )
-        shown = len(re.findall(r"GPU +\d+ H200", gw_text))
-        pids_shown = sum(1 for s in sleepers if re.search(rf"\b{s.pid}\b", gw_text))
-        print(f"gpuwatch: {gw_cpu:.2f} % of one core (tmux server {gw_tmux:.2f} %); "
-              f"screen: {shown} GPU panels, {pids_shown} sleep PIDs")
-        assert shown >= args.gpus, f"gpuwatch shows {shown} GPUs, expected {args.gpus}; see {OUTDIR}/gpuwatch.txt"
-        if pids_shown == 0:
-            print(f"WARNING: gpuwatch's screen shows no scenario PID; see {OUTDIR}/gpuwatch.txt")
+        def run_gpuwatch(name="gpuwatch", binary=binary):
+            cpu, srv, text = measure(
+                name, [binary, "--interval", "1s"], dict(env, GPUWATCH_NVML_LIB=lib), binary, args
+            )
+            shown = len(re.findall(r"GPU +\d+ H200", text))
+            pids_shown = sum(1 for s in sleepers if re.search(rf"\b{s.pid}\b", text))
+            assert shown >= args.gpus, f"gpuwatch shows {shown} GPUs, expected {args.gpus}; see {OUTDIR}/gpuwatch.txt"
+            if pids_shown == 0:
+                print(f"WARNING: gpuwatch's screen shows no scenario PID; see {OUTDIR}/gpuwatch.txt")
+            return cpu, srv, f"{shown} GPU panels, {pids_shown} sleep PIDs"
 
-        if py is not None:
-            nv_env = dict(env, LD_LIBRARY_PATH=libdir)
+        def run_nvtop():
+            cpu, srv, text = measure("nvtop", [nvtop, "-d", "10"], peer_env, "nvtop", args)
+            shown = len(re.findall(r"Device +\d+ \[NVIDIA H200\]", text))
+            pids_shown = sum(1 for s in sleepers if re.search(rf"\b{s.pid}\b", text))
+            assert shown >= args.gpus, (f"nvtop shows {shown} GPUs, expected {args.gpus} (does the double "
+                                        f"export every symbol nvtop needs?); see {OUTDIR}/nvtop.txt")
+            if pids_shown == 0:
+                print(f"WARNING: nvtop's screen shows no scenario PID; see {OUTDIR}/nvtop.txt")
+            return cpu, srv, f"{shown} GPU headers, {pids_shown} sleep PIDs"
+
+        def run_nvitop():
             try:
-                nv_cpu, nv_tmux, nv_text = measure(
-                    "nvitop", [py, "-m", "nvitop", "--monitor", "full", "--interval", "1"], nv_env, "nvitop", args
+                cpu, srv, text = measure(
+                    "nvitop", [py, "-m", "nvitop", "--monitor", "full", "--interval", "1"], peer_env, "nvitop", args
                 )
             except RuntimeError as e:
                 print(f"nvitop: could not be measured: {e}")
-                probe = subprocess.run([py, "-m", "nvitop", "-1"], env=dict(os.environ, **nv_env),
+                probe = subprocess.run([py, "-m", "nvitop", "-1"], env=dict(os.environ, **peer_env),
                                        capture_output=True, text=True)
                 print(f"`nvitop -1` on the double (rc {probe.returncode}):\n{probe.stdout}{probe.stderr}")
                 raise
-            shown = len(re.findall(r"│ +\d+ +H200 ", nv_text))
-            pids_shown = sum(1 for s in sleepers if re.search(rf"\b{s.pid}\b", nv_text))
+            shown = len(re.findall(r"│ +\d+ +H200 ", text))
+            pids_shown = sum(1 for s in sleepers if re.search(rf"\b{s.pid}\b", text))
             assert shown >= args.gpus, f"nvitop shows {shown} GPUs, expected {args.gpus}; see {OUTDIR}/nvitop.txt"
-            print(f"nvitop:   {nv_cpu:.2f} % of one core (tmux server {nv_tmux:.2f} %); "
-                  f"screen: {shown} GPU rows, {pids_shown} sleep PIDs")
-        print(f"screens: {OUTDIR}/gpuwatch.txt" + (f", {OUTDIR}/nvitop.txt" if py else ""))
+            return cpu, srv, f"{shown} GPU rows, {pids_shown} sleep PIDs"
+
+        plan = [("gpuwatch", run_gpuwatch)]
+        if args.compare:
+            other = os.path.abspath(args.compare)
+            if not os.access(other, os.X_OK):
+                sys.exit(f"--compare: {other} is not an executable file")
+            if other == binary:
+                sys.exit("--compare: the same binary as the one measured")
+            print(f"compare: {other} as gpuwatch-cmp")
+            plan.append(("gpuwatch-cmp", lambda: run_gpuwatch("gpuwatch-cmp", other)))
+        if nvtop is not None:
+            plan.append(("nvtop", run_nvtop))
+        if py is not None:
+            plan.append(("nvitop", run_nvitop))
+        runs = {name: [] for name, _ in plan}
+        for i in range(args.repeats):
+            for name, run in plan:
+                cpu, srv, screen = run()
+                runs[name].append((cpu, srv))
+                print(f"  run {i + 1}/{args.repeats} {name}: {cpu:.2f} % of one core "
+                      f"(tmux server {srv:.2f} %); screen: {screen}", flush=True)
+        print("steady CPU, % of one core:")
+        for name, _ in plan:
+            print("  " + median_line(name, runs[name]))
+        if nvtop is not None:
+            gw = statistics.median(c for c, _ in runs["gpuwatch"])
+            nv = statistics.median(c for c, _ in runs["nvtop"])
+            print(f"  gpuwatch / nvtop = {gw / nv:.2f}" if nv > 0 else "  nvtop used no measurable CPU")
+        print("screens: " + ", ".join(f"{OUTDIR}/{name}.txt" for name, _ in plan))
     finally:
         tmux("kill-server", check=False)
         try:  # kill-server leaves the socket file behind

@@ -272,3 +272,55 @@ fn findings_reach_the_state_and_a_critical_one_rings_the_bell() {
         "taken events do not accumulate"
     );
 }
+
+/// The clock tick redraws only what it can change: between fresh frames (which redraw the
+/// screen themselves) nothing, so a 1 s dashboard draws once a second, not twice; a late,
+/// stale or paused frame, a stuck call (and the tick after it returns) and the time-axis views
+/// still get their tick.
+#[test]
+fn the_tick_redraws_only_what_the_clock_moves() {
+    use gpuwatch::source::InFlight;
+    use gpuwatch::tui::view::tick_changes_screen;
+    let (mut st, src) = demo_state(SourceKind::Demo);
+    let published = st.shown.as_ref().expect("frame").published;
+    let fresh = published + Duration::from_millis(500);
+    let late = published + Duration::from_millis(1500);
+    assert!(!tick_changes_screen(&st, fresh, None), "fresh frame");
+    assert!(tick_changes_screen(&st, late, None), "a late frame's age");
+    // A call stuck for a second or more, and the tick after it returned.
+    let stuck = InFlight {
+        call: "memory_info",
+        gpu: Some(0),
+        since: published,
+    };
+    st.in_flight = Some(stuck.clone());
+    assert!(tick_changes_screen(&st, late, None));
+    st.in_flight = None;
+    assert!(tick_changes_screen(
+        &st,
+        fresh + Duration::from_millis(600),
+        Some(&stuck)
+    ));
+    assert!(
+        !tick_changes_screen(&st, fresh, Some(&stuck)),
+        "not stuck yet"
+    );
+    // Paused: the frame on screen ages even while fresh ones arrive.
+    st.update(Command::TogglePause);
+    let newer = frame(&src, 2, DEMO_START + 1.0, SourceKind::Demo);
+    let newer_at = newer.published;
+    st.on_frame(newer);
+    assert!(tick_changes_screen(
+        &st,
+        newer_at.max(published + Duration::from_secs(1)),
+        None
+    ));
+    st.update(Command::TogglePause);
+    st.on_frame(frame(&src, 3, DEMO_START + 2.0, SourceKind::Demo));
+    let now = st.shown.as_ref().expect("frame").published;
+    assert!(!tick_changes_screen(&st, now, None), "resumed, fresh");
+    // The chart's time axis follows the clock.
+    st.update(Command::OpenChart);
+    assert!(matches!(st.view, View::Chart { .. }), "{:?}", st.view);
+    assert!(tick_changes_screen(&st, now, None));
+}

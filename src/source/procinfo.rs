@@ -81,12 +81,70 @@ fn note_read_error(pid: u32, e: &std::io::Error) {
         .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(format!("/proc/{pid}: {e}"));
 }
 
-/// Reads a one-line `/proc` file; a seam for tests, which inject failures.
-type LineReader = fn(&str) -> std::io::Result<String>;
+/// Reads a one-line `/proc` file through its cached descriptor when `slot` holds one, else by
+/// path (caching the descriptor in `slot` when the budget allows); a seam for tests, which
+/// inject failures.
+type LineReader = fn(&mut Option<CachedFile>, &str) -> std::io::Result<String>;
+
+/// Descriptors kept open across refreshes, all `ProcInfo`s of this process together.
+static CACHED_FILES: AtomicU64 = AtomicU64::new(0);
+
+/// How many `/proc` descriptors may stay open: a quarter of the soft `RLIMIT_NOFILE` (the rest
+/// is the daemon's sockets, the history database, the terminal), at most 4096.
+fn cached_files_budget() -> u64 {
+    static BUDGET: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *BUDGET.get_or_init(|| {
+        let soft = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+            .current
+            .unwrap_or(u64::MAX);
+        (soft / 4).min(4096)
+    })
+}
+
+/// An open `/proc/PID/{stat,statm}` kept for the next refresh: reading it again from offset 0
+/// makes the kernel generate it anew, which saves the path walk of `open` and the `close` (two
+/// thirds of the system-call cost of a refresh). The descriptor belongs to the process that was
+/// there at open time: once that process is reaped, reads answer `ESRCH`, even if its PID was
+/// reused. Counted in [`CACHED_FILES`] while open.
+#[derive(Debug)]
+pub struct CachedFile(std::fs::File);
+
+impl CachedFile {
+    /// Keeps `file` when the budget allows; gives it back otherwise.
+    fn keep(file: std::fs::File) -> Result<Self, std::fs::File> {
+        let budget = cached_files_budget();
+        match CACHED_FILES.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+            (n < budget).then_some(n + 1)
+        }) {
+            Ok(_) => Ok(CachedFile(file)),
+            Err(_) => Err(file),
+        }
+    }
+}
+
+impl Drop for CachedFile {
+    fn drop(&mut self) {
+        CACHED_FILES.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// How many `/proc` descriptors are kept open now (for tests and diagnostics).
+pub fn cached_files() -> u64 {
+    CACHED_FILES.load(Ordering::Relaxed)
+}
+
+/// The descriptors a known process's refresh reads.
+#[derive(Debug, Default)]
+struct ProcFiles {
+    stat: Option<CachedFile>,
+    statm: Option<CachedFile>,
+}
 
 /// Cached state of one `(pid, start_time)`.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 struct Tracked {
+    /// Open `stat`/`statm` of this process, for the next refresh.
+    files: ProcFiles,
     start_time: u64,
     /// Accumulated CPU time (ms) and when it was read: the baseline of the next CPU %.
     cpu_ms: u64,
@@ -124,7 +182,8 @@ impl Handover {
 /// `/proc/PID/stat` (CPU time, parent, and its start time, which tells a reused PID) and
 /// `/proc/PID/statm` (RSS, as `sysinfo` reads it), half the system calls and without the costly
 /// `status`. `sysinfo` itself reads no more than that on a refresh: it keeps the name, command
-/// line and uid it read first.
+/// line and uid it read first. Both files stay open between refreshes ([`CachedFile`], within a
+/// budget of descriptors), so a refresh is one `pread` per file instead of open, read, close.
 pub struct ProcInfo {
     system: System,
     users: UserNames,
@@ -181,8 +240,9 @@ impl ProcInfo {
                 continue;
             };
             let read = self.read_line;
-            let (stat, rss_pages) = match read_stat_with(read, pid)
-                .and_then(|stat| Ok((stat, read_statm_rss_with(read, pid)?)))
+            let files = &mut t.files;
+            let (stat, rss_pages) = match read_stat_with(read, &mut files.stat, pid)
+                .and_then(|stat| Ok((stat, read_statm_rss_with(read, &mut files.statm, pid)?)))
             {
                 Ok(v) => v,
                 Err(e) if is_gone(&e) => {
@@ -197,7 +257,9 @@ impl ProcInfo {
                 }
             };
             if stat.start_ticks / self.ticks_per_s + self.boot_time != t.start_time {
-                // The PID was reused by another process: read it in full.
+                // The PID was reused by another process: read it in full (and never read the
+                // new process through the old one's descriptors).
+                t.files = ProcFiles::default();
                 full.push(Pid::from_u32(pid));
                 continue;
             }
@@ -256,7 +318,7 @@ impl ProcInfo {
             let Some(proc_) = self.system.process(Pid::from_u32(pid)) else {
                 // `sysinfo` drops a process whatever the failure: ask why, and keep a known
                 // process that is only unreadable now.
-                let why = (self.read_line)(&format!("/proc/{pid}/stat")).err();
+                let why = (self.read_line)(&mut None, &format!("/proc/{pid}/stat")).err();
                 match (self.tracked.get(&pid), why) {
                     (Some(t), Some(e)) if !is_gone(&e) => {
                         note_read_error(pid, &e);
@@ -285,6 +347,7 @@ impl ProcInfo {
                 // First sight, or the PID was reused by another process.
                 _ => {
                     let t = Tracked {
+                        files: ProcFiles::default(),
                         start_time,
                         cpu_ms,
                         cpu_at: now,
@@ -409,16 +472,24 @@ fn unparsable(path: &str) -> std::io::Error {
     )
 }
 
-fn read_stat_with(read: LineReader, pid: u32) -> std::io::Result<Stat> {
+fn read_stat_with(
+    read: LineReader,
+    slot: &mut Option<CachedFile>,
+    pid: u32,
+) -> std::io::Result<Stat> {
     let path = format!("/proc/{pid}/stat");
-    parse_stat(&read(&path)?).ok_or_else(|| unparsable(&path))
+    parse_stat(&read(slot, &path)?).ok_or_else(|| unparsable(&path))
 }
 
 /// Resident pages from `/proc/PID/statm` (its second field), where `sysinfo` reads them: the
 /// `rss` of `/proc/PID/stat` may lag by the kernel's per-CPU counter batches.
-fn read_statm_rss_with(read: LineReader, pid: u32) -> std::io::Result<u64> {
+fn read_statm_rss_with(
+    read: LineReader,
+    slot: &mut Option<CachedFile>,
+    pid: u32,
+) -> std::io::Result<u64> {
     let path = format!("/proc/{pid}/statm");
-    read(&path)?
+    read(slot, &path)?
         .split_ascii_whitespace()
         .nth(1)
         .and_then(|f| f.parse().ok())
@@ -430,16 +501,36 @@ fn read_statm_rss_with(read: LineReader, pid: u32) -> std::io::Result<u64> {
 /// the read that finds the end which `read_to_string` adds (the daemon reads 1 024 of these
 /// per refresh). Keeps reading until a newline or the end all the same. Bytes that are not
 /// UTF-8 (a command name can be anything) are replaced rather than losing the process.
-fn read_proc_line(path: &str) -> std::io::Result<String> {
-    use std::io::Read;
-    let mut file = std::fs::File::open(path)?;
+///
+/// With a descriptor cached in `slot` (see [`CachedFile`]) it is one system call (`pread` at
+/// offset 0). When that read fails the descriptor is dropped and the file opened again by
+/// path, so a process that was reaped and whose PID came back is read as today's process
+/// (whose start time then tells the reuse), and any other failure is the path's answer.
+fn read_proc_line(slot: &mut Option<CachedFile>, path: &str) -> std::io::Result<String> {
+    if let Some(cached) = slot.as_ref() {
+        match read_from_start(&cached.0) {
+            Ok(text) => return Ok(text),
+            Err(_) => *slot = None,
+        }
+    }
+    let file = std::fs::File::open(path)?;
+    let text = read_from_start(&file)?;
+    if let Ok(kept) = CachedFile::keep(file) {
+        *slot = Some(kept);
+    }
+    Ok(text)
+}
+
+/// The whole file from offset 0 (`pread`, so a kept descriptor needs no seek).
+fn read_from_start(file: &std::fs::File) -> std::io::Result<String> {
+    use std::os::unix::fs::FileExt;
     let mut buf = vec![0u8; 512];
     let mut len = 0;
     loop {
         if len == buf.len() {
             buf.resize(len * 2, 0);
         }
-        let n = file.read(&mut buf[len..])?;
+        let n = file.read_at(&mut buf[len..], len as u64)?;
         len += n;
         if n == 0 || buf[..len].ends_with(b"\n") {
             break;
@@ -979,9 +1070,14 @@ mod tests {
         (child, pid)
     }
 
+    /// A by-path read that keeps no descriptor.
+    fn read_once(path: &str) -> std::io::Result<String> {
+        read_proc_line(&mut None, path)
+    }
+
     #[test]
     fn a_proc_line_is_read_whole() {
-        let stat = read_proc_line("/proc/self/stat").expect("own stat");
+        let stat = read_once("/proc/self/stat").expect("own stat");
         assert!(
             stat.starts_with(&format!("{} (", std::process::id())),
             "{stat}"
@@ -998,15 +1094,98 @@ mod tests {
         let long = "x".repeat(5000);
         std::fs::write(dir.path().join("f"), &long).expect("write");
         let path = dir.path().join("f");
-        assert_eq!(
-            read_proc_line(path.to_str().expect("utf-8")).ok(),
-            Some(long)
+        // Read through a kept descriptor too (pread from 0 each time).
+        let mut slot = None;
+        for _ in 0..2 {
+            assert_eq!(
+                read_proc_line(&mut slot, path.to_str().expect("utf-8")).ok(),
+                Some(long.clone())
+            );
+            assert!(slot.is_some());
+        }
+        assert!(read_once("/proc/0/stat").is_err_and(|e| is_gone(&e)));
+        let me = std::process::id();
+        assert!(read_stat_with(read_proc_line, &mut None, me).is_ok());
+        assert!(read_statm_rss_with(read_proc_line, &mut None, me).is_ok_and(|pages| pages > 0));
+    }
+
+    /// A known process is refreshed through descriptors kept from the previous refresh, which
+    /// the kernel regenerates on each read: new CPU time and RSS, one system call per file.
+    #[test]
+    fn a_refresh_reads_kept_descriptors_anew() {
+        /// Kills the busy loop however the test ends.
+        struct Busy(std::process::Child);
+        impl Drop for Busy {
+            fn drop(&mut self) {
+                let _ = self.0.kill();
+                let _ = self.0.wait();
+            }
+        }
+        let mut child = Busy(
+            std::process::Command::new("sh")
+                .args(["-c", "while :; do :; done"])
+                .spawn()
+                .expect("spawn a busy shell"),
         );
-        assert!(read_proc_line("/proc/0/stat").is_err_and(|e| is_gone(&e)));
-        assert!(read_stat_with(read_proc_line, std::process::id()).is_ok());
-        assert!(
-            read_statm_rss_with(read_proc_line, std::process::id()).is_ok_and(|pages| pages > 0)
-        );
+        let pid = child.0.id();
+        // Past exec: a command line read mid-exec is empty, and the facts stay incomplete.
+        for _ in 0..200 {
+            if std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.starts_with(b"sh\0")) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let mut info = ProcInfo::new().expect("sysinfo supported");
+        info.enrich(&[pid]);
+        std::thread::sleep(MIN_CPU_WINDOW);
+        info.enrich(&[pid]); // opens and keeps stat and statm
+        let files = &info.tracked[&pid].files;
+        assert!(files.stat.is_some() && files.statm.is_some(), "{files:?}");
+        let kept_stat = std::ptr::from_ref(files.stat.as_ref().expect("kept"));
+        let before = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
+        std::thread::sleep(Duration::from_millis(300));
+        let after = info.enrich(&[pid])[&pid].clone();
+        // The same descriptor, yet the CPU time moved: the busy loop ran for 300 ms.
+        let files = &info.tracked[&pid].files;
+        assert!(std::ptr::eq(kept_stat, files.stat.as_ref().expect("kept")));
+        assert!(after.cpu_percent.is_some_and(|c| c > 5.0), "{after:?}");
+        let fresh = read_stat_with(read_proc_line, &mut None, pid).expect("stat");
+        let old = parse_stat(&before).expect("parse");
+        assert!(fresh.cpu_ticks > old.cpu_ticks, "{old:?} -> {fresh:?}");
+        assert!(after.rss_bytes.is_some_and(|b| b > 0));
+        let _ = child.0.kill();
+        let _ = child.0.wait();
+        // Reaped: the kept descriptors answer ESRCH, the path ENOENT: gone, descriptors closed.
+        assert_eq!(info.enrich(&[pid])[&pid], HostProc::default());
+        assert!(info.loaded_pids().is_empty());
+    }
+
+    /// A kept descriptor whose process was reaped (as when the PID is reused) is dropped and
+    /// the file read by path: the process living at the PID now is what is reported.
+    #[test]
+    fn a_dead_descriptor_falls_back_to_the_path() {
+        let (mut child, pid) = running_sleep();
+        let (mut other, other_pid) = running_sleep();
+        let dead = std::fs::File::open(format!("/proc/{other_pid}/stat")).expect("open");
+        let _ = other.kill();
+        let _ = other.wait();
+        let mut info = ProcInfo::new().expect("sysinfo supported");
+        let seen = info.enrich(&[pid])[&pid].clone();
+        let t = info.tracked.get_mut(&pid).expect("tracked");
+        t.files.stat = Some(CachedFile::keep(dead).expect("within the budget"));
+        let now = info.enrich(&[pid])[&pid].clone();
+        assert!(now.visible && now.rss_bytes.is_some(), "{now:?}");
+        assert_eq!((now.start_time, &now.name), (seen.start_time, &seen.name));
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    #[test]
+    fn the_descriptor_budget_leaves_most_of_the_limit() {
+        let soft = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+            .current
+            .unwrap_or(u64::MAX);
+        assert!(cached_files_budget() <= soft / 4 && cached_files_budget() <= 4096);
     }
 
     #[test]
@@ -1089,13 +1268,13 @@ mod tests {
         let _ = child.wait();
     }
 
-    fn out_of_descriptors(_: &str) -> std::io::Result<String> {
+    fn out_of_descriptors(_: &mut Option<CachedFile>, _: &str) -> std::io::Result<String> {
         Err(std::io::Error::from_raw_os_error(
             rustix::io::Errno::MFILE.raw_os_error(),
         ))
     }
 
-    fn no_such_process(_: &str) -> std::io::Result<String> {
+    fn no_such_process(_: &mut Option<CachedFile>, _: &str) -> std::io::Result<String> {
         Err(std::io::Error::from_raw_os_error(
             rustix::io::Errno::SRCH.raw_os_error(),
         ))

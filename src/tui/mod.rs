@@ -308,9 +308,10 @@ async fn run_loop(feed: Feed<'_>, watch: WatchSet, options: &TuiOptions) -> std:
                 Effect::None
             },
             _ = tick.tick() => {
-                // The clock tick: sample ages, staleness, the call a hung sampler is in.
-                state.in_flight = (feed.in_flight)();
-                dirty = true;
+                // The clock tick: sample ages, staleness, the call a hung sampler is in. Not
+                // redrawn when nothing it shows moved (fresh frames redraw themselves).
+                let previous = std::mem::replace(&mut state.in_flight, (feed.in_flight)());
+                dirty |= view::tick_changes_screen(&state, Instant::now(), previous.as_ref());
                 Effect::None
             },
         };

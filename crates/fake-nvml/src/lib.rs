@@ -1155,6 +1155,82 @@ pub unsafe extern "C" fn nvmlDeviceGetBrand(device: NvmlDevice, brand: *mut c_ui
     constant(device, brand, 14) // NVML_BRAND_NVIDIA (datacenter boards)
 }
 
+/// H200 SXM: PCIe Gen 5 x16 (current = max: the double never down-trains the link).
+const PCIE_LINK_GEN: c_uint = 5;
+const PCIE_LINK_WIDTH: c_uint = 16;
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetMaxPcieLinkGeneration(
+    device: NvmlDevice,
+    gen_out: *mut c_uint,
+) -> NvmlReturn {
+    constant(device, gen_out, PCIE_LINK_GEN)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetCurrPcieLinkGeneration(
+    device: NvmlDevice,
+    gen_out: *mut c_uint,
+) -> NvmlReturn {
+    constant(device, gen_out, PCIE_LINK_GEN)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetMaxPcieLinkWidth(
+    device: NvmlDevice,
+    width: *mut c_uint,
+) -> NvmlReturn {
+    constant(device, width, PCIE_LINK_WIDTH)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetCurrPcieLinkWidth(
+    device: NvmlDevice,
+    width: *mut c_uint,
+) -> NvmlReturn {
+    constant(device, width, PCIE_LINK_WIDTH)
+}
+
+/// The encoder/decoder sampling period the real R580 driver reports (NVML-FACTS §2).
+const CODEC_SAMPLING_PERIOD_US: c_uint = 100_000;
+
+/// Encoder/decoder utilisation: the scenarios model compute jobs, so 0 %, with the real period.
+fn codec_utilization(
+    device: NvmlDevice,
+    utilization: *mut c_uint,
+    sampling_period_us: *mut c_uint,
+) -> NvmlReturn {
+    guard(|| {
+        let ctx = self::device(device, Some(Call::Utilization))?;
+        ctx.physical()?;
+        if utilization.is_null() || sampling_period_us.is_null() {
+            return Err(NVML_ERROR_INVALID_ARGUMENT);
+        }
+        unsafe {
+            out(utilization, 0)?;
+            out(sampling_period_us, CODEC_SAMPLING_PERIOD_US)
+        }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetEncoderUtilization(
+    device: NvmlDevice,
+    utilization: *mut c_uint,
+    sampling_period_us: *mut c_uint,
+) -> NvmlReturn {
+    codec_utilization(device, utilization, sampling_period_us)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetDecoderUtilization(
+    device: NvmlDevice,
+    utilization: *mut c_uint,
+    sampling_period_us: *mut c_uint,
+) -> NvmlReturn {
+    codec_utilization(device, utilization, sampling_period_us)
+}
+
 fn driver_model(device: NvmlDevice) -> NvmlReturn {
     guard(|| {
         self::device(device, None)?;

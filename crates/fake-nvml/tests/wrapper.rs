@@ -116,6 +116,41 @@ fn enumerates_devices_and_identity() {
     assert!(!me.is_empty());
 }
 
+/// What nvtop 3.0.1 needs before it lists a GPU: it refuses the library when any of these
+/// symbols is missing (PCIe link generation/width, encoder/decoder utilisation).
+#[test]
+fn pcie_link_and_codec_utilization_for_nvtop() {
+    let fx = Fixture::new(TWO_GPUS, Some(5.0));
+    let nvml = fx.init().expect("init");
+    let d0 = nvml.device_by_index(0).expect("handle 0");
+    assert_eq!(d0.max_pcie_link_gen().expect("max gen"), 5);
+    assert_eq!(d0.current_pcie_link_gen().expect("gen"), 5);
+    assert_eq!(d0.max_pcie_link_width().expect("max width"), 16);
+    assert_eq!(d0.current_pcie_link_width().expect("width"), 16);
+    for codec in [d0.encoder_utilization(), d0.decoder_utilization()] {
+        let codec = codec.expect("codec utilisation");
+        assert_eq!((codec.utilization, codec.sampling_period), (0, 100_000));
+    }
+    drop(nvml);
+    drop(fx); // releases the serialisation lock the next fixture takes
+    // The codec calls follow the `utilization` fault knob.
+    let fx = Fixture::new(
+        "[[gpu]]\nmemory_total = \"80GiB\"\nfaults.not_supported = [\"utilization\"]\n",
+        Some(1.0),
+    );
+    let nvml = fx.init().expect("init");
+    let d0 = nvml.device_by_index(0).expect("handle 0");
+    assert!(matches!(
+        d0.encoder_utilization(),
+        Err(NvmlError::NotSupported)
+    ));
+    assert!(matches!(
+        d0.decoder_utilization(),
+        Err(NvmlError::NotSupported)
+    ));
+    assert_eq!(d0.current_pcie_link_gen().expect("gen"), 5);
+}
+
 #[test]
 fn memory_v2_excludes_reserved_and_v1_includes_it() {
     let fx = Fixture::new(TWO_GPUS, Some(5.0));

@@ -9,7 +9,6 @@ use ratatui::Frame;
 use ratatui::layout::Rect;
 use ratatui::style::Style;
 use ratatui::text::{Line, Span};
-use ratatui::widgets::Paragraph;
 
 use super::{Context, cut, fmt_growth};
 use crate::model::{GpuSample, ProcSample};
@@ -209,7 +208,7 @@ pub fn render_table(f: &mut Frame<'_>, area: Rect, rows: Rect, state: &UiState, 
     ))];
     let page = usize::from(rows.height.min(area.height.saturating_sub(1)));
     let Some(frame) = state.shown.as_ref() else {
-        f.render_widget(Paragraph::new(lines), area);
+        super::draw_lines(f, area, &lines);
         return;
     };
     if state.rows.is_empty() {
@@ -273,7 +272,7 @@ pub fn render_table(f: &mut Frame<'_>, area: Rect, rows: Rect, state: &UiState, 
             t.unattributed(),
         )));
     }
-    f.render_widget(Paragraph::new(lines), area);
+    super::draw_lines(f, area, &lines);
 }
 
 /// The tree view: launchers, ranks and workers around the GPU processes.
@@ -345,5 +344,5 @@ pub fn render_tree(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Context
         }
         lines.push(Line::from(Span::styled(cut(&text, width), style)));
     }
-    f.render_widget(Paragraph::new(lines), area);
+    super::draw_lines(f, area, &lines);
 }

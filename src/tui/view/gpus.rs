@@ -5,7 +5,6 @@
 use ratatui::Frame;
 use ratatui::layout::Rect;
 use ratatui::text::{Line, Span};
-use ratatui::widgets::Paragraph;
 
 use super::{Context, cut};
 use crate::analysis::MemSplit;
@@ -106,7 +105,7 @@ pub fn render(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Context, gri
         } else {
             vec![compact(state, ctx, g, usize::from(r.width))]
         };
-        f.render_widget(Paragraph::new(lines), r);
+        super::draw_lines(f, r, &lines);
     }
 }
 

@@ -5,7 +5,6 @@ use std::fmt::Write as _;
 use ratatui::Frame;
 use ratatui::layout::Rect;
 use ratatui::text::{Line, Span};
-use ratatui::widgets::Paragraph;
 
 use super::Context;
 use crate::tui::state::{SortKey, UiState};
@@ -33,7 +32,7 @@ pub fn render(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Context) {
                 None => spans.push(Span::raw("  waiting for the first sample…")),
             },
         }
-        f.render_widget(Paragraph::new(Line::from(spans)), area);
+        super::draw_lines(f, area, &[Line::from(spans)]);
         return;
     };
     let info = &frame.source;
@@ -75,7 +74,7 @@ pub fn render(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Context) {
             t.warn(),
         ));
     }
-    f.render_widget(Paragraph::new(Line::from(spans)), area);
+    super::draw_lines(f, area, &[Line::from(spans)]);
 }
 
 pub fn render_findings(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Context) {
@@ -107,7 +106,7 @@ pub fn render_findings(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Con
             })
             .collect()
     };
-    f.render_widget(Paragraph::new(lines), area);
+    super::draw_lines(f, area, &lines);
 }
 
 fn sort_name(key: SortKey) -> &'static str {
@@ -180,5 +179,5 @@ pub fn render_footer(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Conte
         );
         Line::from(spans)
     };
-    f.render_widget(Paragraph::new(line), area);
+    super::draw_lines(f, area, &[line]);
 }

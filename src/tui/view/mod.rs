@@ -47,6 +47,31 @@ impl Context {
     }
 }
 
+/// Whether the clock tick can change what the screen shows (the loop skips its draw when
+/// not). Frames redraw the screen anyway; between two fresh frames a tick only moved the
+/// sub-second age in the header. It can change the screen when no frame is shown yet, when the
+/// frame on screen or the latest is a second old or more (late, stale, paused: ages and
+/// `STALE` count whole seconds), when a call is or was stuck (`previous` is the in-flight call
+/// before this tick's refresh), with a remote link (its reconnection countdown), and in the
+/// detail and chart views (their time axes follow the clock).
+pub fn tick_changes_screen(
+    state: &UiState,
+    mono: std::time::Instant,
+    previous: Option<&crate::source::InFlight>,
+) -> bool {
+    let second = std::time::Duration::from_secs(1);
+    let old = |f: Option<&std::sync::Arc<crate::model::Frame>>| {
+        f.is_none_or(|f| mono.saturating_duration_since(f.published) >= second)
+    };
+    let stuck = |c: Option<&crate::source::InFlight>| c.is_some_and(|c| c.is_stuck(mono));
+    old(state.shown.as_ref())
+        || old(state.latest.as_ref())
+        || stuck(state.in_flight.as_ref())
+        || stuck(previous)
+        || state.link.is_some()
+        || !matches!(state.view, View::Table | View::Tree)
+}
+
 /// Draws the whole screen.
 pub fn render(f: &mut Frame<'_>, state: &UiState, ctx: &Context) {
     let full = f.area();
@@ -66,6 +91,22 @@ pub fn render(f: &mut Frame<'_>, state: &UiState, ctx: &Context) {
     }
     if state.help {
         overlay::render_help(f, full, ctx);
+    }
+}
+
+/// Draws `lines` top down into `area`, each cut at the area's width: what
+/// `Paragraph::new(lines)` draws (no wrap, left-aligned, no block), without the paragraph's
+/// reflow, which collects every line's graphemes into a vector before placing them (the
+/// largest part of a frame's cost with hundreds of processes).
+pub(crate) fn draw_lines(
+    f: &mut Frame<'_>,
+    area: ratatui::layout::Rect,
+    lines: &[ratatui::text::Line<'_>],
+) {
+    let area = area.intersection(f.area());
+    let buf = f.buffer_mut();
+    for (line, y) in lines.iter().zip(area.top()..area.bottom()) {
+        buf.set_line(area.x, y, line, area.width);
     }
 }
 

@@ -101,6 +101,23 @@ mod holdout3 {
     );
 }
 
+/// Written from the targets and from what real workloads do, without reading the
+/// detector's internals, and committed before any run: never tuned on.
+mod holdout4 {
+    use super::check;
+    cases!("holdout4":
+        llm_server_3_shards_kv_80g => "llm-server-3-shards-kv-80g",
+        vllm_tp2_prealloc_90pct_94g => "vllm-tp2-prealloc-90pct-94g",
+        training_warmup_eval_40g => "training-warmup-eval-40g",
+        slow_leak_200mib_24g => "slow-leak-200mib-24g",
+        fast_leak_1gibps_oom_80g => "fast-leak-1gibps-oom-80g",
+        second_job_arrives_one_step_141g => "second-job-arrives-one-step-141g",
+        restart_every_60s_24g => "restart-every-60s-24g",
+        dataloader_8_workers_per_epoch_40g => "dataloader-8-workers-per-epoch-40g",
+        cache_ramp_stops_after_40s_94g => "cache-ramp-stops-after-40s-94g",
+    );
+}
+
 /// Every bench file is one of the tests above (a file added without a test would be skipped).
 #[test]
 fn every_bench_file_is_a_test() {

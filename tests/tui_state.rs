@@ -324,3 +324,71 @@ fn the_tick_redraws_only_what_the_clock_moves() {
     assert!(matches!(st.view, View::Chart { .. }), "{:?}", st.view);
     assert!(tick_changes_screen(&st, now, None));
 }
+
+#[test]
+fn growth_is_measured_for_the_rows_on_screen_and_for_all_when_sorted_by_it() {
+    // 40 flat processes of 2 GiB and, smallest of all, one that leaks: it sorts last by
+    // memory, off a 20-line screen.
+    let mut text = String::from("[[gpu]]\nmemory_total = \"141GiB\"\n");
+    for i in 0..40 {
+        text.push_str(&format!(
+            "[[gpu.process]]\npid = {}\nused = \"2GiB\"\n",
+            1000 + i
+        ));
+    }
+    text.push_str(
+        "[[gpu.process]]\npid = 999\nused = { linear = [[0, \"100MiB\"], [120, \"1900MiB\"]] }\n",
+    );
+    let src = ScriptedSource::new(scenario::Scenario::parse(&text).expect("scenario"), "t");
+    let mut st = UiState::new(
+        gpuwatch::analysis::Analyzer::new(
+            gpuwatch::detect::Rules::default(),
+            Duration::from_mins(10),
+            gpuwatch::analysis::Detail::Full,
+            WatchSet::new(Vec::new(), None),
+        ),
+        false,
+    );
+    st.update(Command::Resize(120, 20));
+    for i in 0..30u32 {
+        st.on_frame(frame(
+            &src,
+            u64::from(i) + 1,
+            f64::from(i),
+            SourceKind::Demo,
+        ));
+    }
+    let growth_of = |st: &UiState, pid: u32| {
+        let (g, p) = st
+            .shown
+            .as_ref()
+            .unwrap()
+            .sample
+            .gpus
+            .iter()
+            .flat_map(|g| g.processes.iter().map(move |p| (g, p)))
+            .find(|(_, p)| p.pid == pid)
+            .unwrap();
+        st.derived_of(g, p).growth
+    };
+    assert_eq!(*pids(&st).last().unwrap(), 999);
+    assert!(
+        growth_of(&st, 1000).is_some(),
+        "a row on screen is measured"
+    );
+    assert_eq!(
+        growth_of(&st, 999),
+        None,
+        "a row off screen is not measured"
+    );
+    // Scrolling to it measures it at once, without waiting for a frame.
+    st.update(Command::End);
+    let leak = growth_of(&st, 999).expect("measured once on screen");
+    assert!(leak > 10.0 * 1024.0 * 1024.0 / 60.0, "{leak}");
+    // Sorted by growth, every row is measured and the leaker comes first.
+    st.update(Command::Home);
+    st.update(Command::SortBy(SortKey::Growth));
+    assert_eq!(pids(&st)[0], 999);
+    st.on_frame(frame(&src, 31, 30.0, SourceKind::Demo));
+    assert_eq!(pids(&st)[0], 999, "and stays first on the next frame");
+}

@@ -137,6 +137,7 @@ pub(crate) fn dashboard(g: &GlobalArgs, config: &Config) -> Result<u8> {
     if !(std::io::stdout().is_terminal() && std::io::stdin().is_terminal()) {
         return live_table(g, config);
     }
+    raise_open_files_limit();
     // The dashboard opens at once; the first frame arrives when the source answers.
     let sampler = start(g, config, None, false)?;
     let watch = watch_set(config, &sampler.info());
@@ -190,4 +191,24 @@ fn live_table(g: &GlobalArgs, config: &Config) -> Result<u8> {
             }
         }
     })
+}
+
+/// Raises the soft open-files limit towards the hard one (at most 65536), before the sampler
+/// starts: the dashboard keeps the `/proc` files of the processes it shows open between
+/// refreshes (a quarter of the soft limit, `src/source/procinfo.rs`), and a terminal's common
+/// soft limit of 1024 would leave most of 400 processes uncached. It never uses `select(2)`.
+/// A limit that cannot be raised is left as it is.
+fn raise_open_files_limit() {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let limit = getrlimit(Resource::Nofile);
+    let want = limit.maximum.unwrap_or(u64::MAX).min(65_536);
+    if limit.current.is_some_and(|soft| soft < want) {
+        let raised = rustix::process::Rlimit {
+            current: Some(want),
+            maximum: limit.maximum,
+        };
+        if let Err(e) = setrlimit(Resource::Nofile, raised) {
+            tracing::info!(error = %e, "open-files limit not raised");
+        }
+    }
 }

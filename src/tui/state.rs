@@ -154,10 +154,13 @@ pub enum KillStage {
 /// Growth and peak of a process, derived when a frame arrives (not while rendering).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Derived {
-    /// Bytes per second over the growth window.
+    /// The detector's growth of the process ([`crate::history::process_growth`]), bytes per
+    /// second; measured for the rows on screen (all of them when the table is sorted by it).
     pub growth: Option<f64>,
     /// Largest memory seen since the process appeared.
     pub peak: Option<u64>,
+    /// Whether `growth` was measured for this frame.
+    measured: bool,
 }
 
 /// One row of the process table: indices into the shown frame.
@@ -369,7 +372,11 @@ impl UiState {
         Effect::None
     }
 
+    /// Peaks of every process of a new frame; growth only when the table is sorted by it (a
+    /// robust growth of hundreds of processes every frame was an eighth of the dashboard's
+    /// CPU): otherwise [`UiState::measure_visible`] measures the rows on screen.
     fn derive(&mut self, frame: &Frame) {
+        let all = self.sort == SortKey::Growth;
         let mut derived = HashMap::with_capacity(self.derived.len());
         for g in &frame.sample.gpus {
             for p in &g.processes {
@@ -377,15 +384,59 @@ impl UiState {
                 let d = self.analyzer.history().process_for(&g.uuid, p).map_or_else(
                     Derived::default,
                     |(_, h)| Derived {
-                        growth: crate::history::process_growth(h, self.analyzer.rules())
-                            .map(|g| g.rate),
+                        growth: if all {
+                            crate::history::process_growth(h, self.analyzer.rules()).map(|g| g.rate)
+                        } else {
+                            None
+                        },
                         peak: h.peak_used().map(|(bytes, _)| bytes),
+                        measured: all,
                     },
                 );
                 derived.insert(key, d);
             }
         }
         self.derived = derived;
+    }
+
+    /// Measures the growth of the rows on screen (and the selected one) not measured yet.
+    fn measure_visible(&mut self) {
+        let page = self.page_rows();
+        let end = (self.offset + page).min(self.rows.len());
+        let wanted = self.rows[self.offset.min(end)..end]
+            .iter()
+            .chain(self.rows.get(self.selected))
+            .copied()
+            .collect::<Vec<_>>();
+        self.measure(&wanted);
+    }
+
+    /// Measures the growth of these rows of the shown frame, where not measured yet.
+    fn measure(&mut self, rows: &[RowRef]) {
+        let Some(frame) = self.shown.clone() else {
+            return;
+        };
+        for &r in rows {
+            let Some(g) = frame.sample.gpus.get(r.gpu) else {
+                continue;
+            };
+            let Some(p) = g.processes.get(r.proc) else {
+                continue;
+            };
+            let key = History::key_of(&g.uuid, p);
+            if self.derived.get(&key).is_some_and(|d| d.measured) {
+                continue;
+            }
+            let growth = self
+                .analyzer
+                .history()
+                .process_for(&g.uuid, p)
+                .and_then(|(_, h)| crate::history::process_growth(h, self.analyzer.rules()))
+                .map(|g| g.rate);
+            let d = self.derived.entry(key).or_default();
+            d.growth = growth;
+            d.measured = true;
+        }
     }
 
     /// Growth and peak of a process on a GPU.
@@ -414,6 +465,9 @@ impl UiState {
                     rows.push(RowRef { gpu: gi, proc: pi });
                 }
             }
+        }
+        if self.sort == SortKey::Growth {
+            self.measure(&rows);
         }
         let key = self.sort;
         let gpus = &frame.sample.gpus;
@@ -493,6 +547,7 @@ impl UiState {
         }
         let max_offset = self.rows.len().saturating_sub(page);
         self.offset = self.offset.min(max_offset);
+        self.measure_visible();
     }
 
     fn select(&mut self, index: usize) {

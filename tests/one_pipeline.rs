@@ -89,7 +89,7 @@ fn daemon_dashboard_and_run_find_the_same_things_in_one_recording() {
         "pipeline",
         (160, 50),
         None,
-        Duration::from_secs(60),
+        Duration::from_mins(1),
         &format!(
             "'{}' --replay '{}' --speed {speed} --config '{}'; echo \"EXITED rc=$?\"; sleep 60",
             gpuwatch_bin(),

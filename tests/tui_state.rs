@@ -1,6 +1,7 @@
 //! The dashboard's state machine without a terminal: navigation, sorting, pause, watching,
 //! the mouse, and the kill dialog's stages. Scripted frames, so every step is deterministic.
 
+use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -331,10 +332,7 @@ fn growth_is_measured_for_the_rows_on_screen_and_for_all_when_sorted_by_it() {
     // memory, off a 20-line screen.
     let mut text = String::from("[[gpu]]\nmemory_total = \"141GiB\"\n");
     for i in 0..40 {
-        text.push_str(&format!(
-            "[[gpu.process]]\npid = {}\nused = \"2GiB\"\n",
-            1000 + i
-        ));
+        let _ = writeln!(text, "[[gpu.process]]\npid = {}\nused = \"2GiB\"", 1000 + i);
     }
     text.push_str(
         "[[gpu.process]]\npid = 999\nused = { linear = [[0, \"100MiB\"], [120, \"1900MiB\"]] }\n",

@@ -217,29 +217,10 @@ async fn run_loop(feed: Feed<'_>, watch: WatchSet, options: &TuiOptions) -> std:
         Terminal::new(CrosstermBackend::new(std::io::stdout()))?;
     term.clear()?;
     let theme = Theme::new(options.color).with_mem_levels(options.mem_levels);
-    let mut analyzer = crate::analysis::Analyzer::new(
-        options.rules.clone(),
-        options.history_window,
-        crate::analysis::Detail::Full,
-        watch,
-    );
-    if feed.link.is_some() {
-        analyzer = analyzer.remote();
-    }
-    let mut state = UiState::new(analyzer, options.read_only);
+    let mut state = new_state(watch, options, feed.link.is_some());
     let size = term.size()?;
     state.size = (size.width, size.height);
-
-    let (tx, mut input) = tokio::sync::mpsc::channel::<Event>(256);
-    std::thread::Builder::new()
-        .name("gpuwatch-input".into())
-        .spawn(move || {
-            while let Ok(ev) = crossterm::event::read() {
-                if tx.blocking_send(ev).is_err() {
-                    break;
-                }
-            }
-        })?;
+    let mut input = spawn_input()?;
 
     let mut frames = feed.frames.clone();
     let (url, mut link) = match feed.link {
@@ -323,6 +304,12 @@ async fn run_loop(feed: Feed<'_>, watch: WatchSet, options: &TuiOptions) -> std:
     }
     drop(term);
     drop(guard);
+    stop_sinks(alerts);
+    Ok(())
+}
+
+/// Lets the sinks deliver what is queued (2 s at most); logs what one dropped or failed.
+fn stop_sinks(alerts: Alerts) {
     for s in alerts.shutdown(Duration::from_secs(2)) {
         if s.dropped > 0 || s.failed > 0 {
             tracing::warn!(
@@ -334,7 +321,36 @@ async fn run_loop(feed: Feed<'_>, watch: WatchSet, options: &TuiOptions) -> std:
             );
         }
     }
-    Ok(())
+}
+
+/// The dashboard's state over its own analysis stage (the configuration's `[detect]`; the
+/// frames of a remote daemon are another host's).
+fn new_state(watch: WatchSet, options: &TuiOptions, remote: bool) -> UiState {
+    let mut analyzer = crate::analysis::Analyzer::new(
+        options.rules.clone(),
+        options.history_window,
+        crate::analysis::Detail::Full,
+        watch,
+    );
+    if remote {
+        analyzer = analyzer.remote();
+    }
+    UiState::new(analyzer, options.read_only)
+}
+
+/// The input thread: terminal events, read blocking, into a bounded channel.
+fn spawn_input() -> std::io::Result<tokio::sync::mpsc::Receiver<Event>> {
+    let (tx, input) = tokio::sync::mpsc::channel::<Event>(256);
+    std::thread::Builder::new()
+        .name("gpuwatch-input".into())
+        .spawn(move || {
+            while let Ok(ev) = crossterm::event::read() {
+                if tx.blocking_send(ev).is_err() {
+                    break;
+                }
+            }
+        })?;
+    Ok(input)
 }
 
 /// The sinks the dashboard runs: the configured ones, except that the `log` sink's lines go to
@@ -356,9 +372,10 @@ fn deliver(
 ) -> std::io::Result<()> {
     for event in state.take_events() {
         let line = crate::text::clean(&crate::alert::event_line(&event)).into_owned();
-        match event.finding().severity {
-            crate::detect::Severity::Critical => tracing::warn!("{line}"),
-            _ => tracing::info!("{line}"),
+        if event.finding().severity == crate::detect::Severity::Critical {
+            tracing::warn!("{line}");
+        } else {
+            tracing::info!("{line}");
         }
         alerts.send(&event);
     }

@@ -103,10 +103,11 @@ fn front_ends(config: &Config, interval_flag: Option<Duration>) -> String {
          #   dashboard (gpuwatch, gpuwatch tui): a sample every {every}, {window} of history, \
          [detect], [alerts] (the log sink's lines go to --log-file, never to the screen), [watch]\n\
          #   tui --connect URL: the daemon's frames; [detect], [alerts] and [watch] of this file\n\
+         #   tui --prometheus URL: [detect] (its memory colours), [display]\n\
          #   daemon: a sample every {every}, {window} of history, [detect], [alerts], [watch], [daemon]\n\
          #   run: a sample every {} (--interval), {window} of history, [detect], [alerts]; it \
          watches the job's process tree, not [watch]\n\
-         #   snapshot: [sampling], [watch], [display], [snapshot]; pick: [sampling], [pick]; \
+         #   snapshot: [sampling], [watch], [display], [snapshot], [detect] (its memory colours); pick: [sampling], [pick]; \
          record: [sampling]\n",
         humantime::format_duration(interval_flag.unwrap_or(crate::run::command::RUN_INTERVAL)),
     )

@@ -389,4 +389,9 @@ fn growth_is_measured_for_the_rows_on_screen_and_for_all_when_sorted_by_it() {
     assert_eq!(pids(&st)[0], 999);
     st.on_frame(frame(&src, 31, 30.0, SourceKind::Demo));
     assert_eq!(pids(&st)[0], 999, "and stays first on the next frame");
+    // Paused, new frames still arrive: the rows on screen keep a growth.
+    st.update(Command::SortBy(SortKey::Memory));
+    st.update(Command::TogglePause);
+    st.on_frame(frame(&src, 32, 31.0, SourceKind::Demo));
+    assert!(growth_of(&st, 1000).is_some(), "measured while paused");
 }

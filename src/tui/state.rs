@@ -356,6 +356,8 @@ impl UiState {
         self.pending_events.extend(events);
         self.latest = Some(Arc::clone(&frame));
         if self.paused {
+            // The rows on screen keep their growth (derive measured none of them).
+            self.measure_visible();
             return Effect::None;
         }
         self.shown = Some(frame);

@@ -361,11 +361,13 @@ impl Frame {
     }
 }
 
+/// Small samples for the unit tests of the modules that read them.
 #[cfg(test)]
-mod tests {
+pub(crate) mod test_support {
     use super::*;
 
-    fn proc(pid: u32, used: Option<u64>) -> ProcSample {
+    /// A compute process with `used` bytes and no host facts.
+    pub(crate) fn proc(pid: u32, used: Option<u64>) -> ProcSample {
         ProcSample {
             pid,
             kind: ProcKind::Compute,
@@ -378,7 +380,8 @@ mod tests {
         }
     }
 
-    fn gpu(used: u64, procs: Vec<ProcSample>) -> GpuSample {
+    /// GPU 0 of 100 bytes (1 reserved) with `used` in use and these processes.
+    pub(crate) fn gpu(used: u64, procs: Vec<ProcSample>) -> GpuSample {
         let mut g = GpuSample::empty(0, "GPU-x".into());
         g.memory = Some(Memory {
             total: 100,
@@ -389,6 +392,12 @@ mod tests {
         g.processes = procs;
         g
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_support::{gpu, proc};
+    use super::*;
 
     #[test]
     fn unattributed_is_used_minus_known_processes() {

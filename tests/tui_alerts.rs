@@ -29,10 +29,17 @@ fn events(path: &Path) -> Vec<(String, String, String)> {
         .collect()
 }
 
-fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
+/// Waits (10 s at most) until the sink's file holds an `opened` event of `rule` at `severity`.
+fn wait_for_opened(sink: &Path, rule: &str, severity: &str) {
     let start = Instant::now();
-    while !done() {
-        assert!(start.elapsed() < limit, "timed out waiting for {what}");
+    while !events(sink)
+        .iter()
+        .any(|(e, r, sev)| e == "opened" && r == rule && sev == severity)
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "timed out waiting for the event in the sink's file: {rule} {severity} opened"
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
 }
@@ -105,15 +112,7 @@ sm = 90
         s.contains("[critical] GPU 0 is 98% full")
     });
     assert!(s.contains("4100"), "{s}");
-    wait_until(
-        "the event in the sink's file",
-        Duration::from_secs(10),
-        || {
-            events(&sink)
-                .iter()
-                .any(|(e, r, sev)| e == "opened" && r == "near-capacity" && sev == "critical")
-        },
-    );
+    wait_for_opened(&sink, "near-capacity", "critical");
     // A few more frames: the finding stays open, nothing more rings.
     std::thread::sleep(Duration::from_secs(3));
     t.keys(&["q"]);
@@ -156,15 +155,7 @@ used = "48GiB"
     t.wait_for("the warning on screen", |s| {
         s.contains("[warning] GPU 0 is 60% full")
     });
-    wait_until(
-        "the event in the sink's file",
-        Duration::from_secs(10),
-        || {
-            events(&sink)
-                .iter()
-                .any(|(e, r, sev)| e == "opened" && r == "near-capacity" && sev == "warning")
-        },
-    );
+    wait_for_opened(&sink, "near-capacity", "warning");
     t.keys(&["q"]);
     t.wait_for("exit", |s| s.contains("EXITED rc=0"));
     assert_eq!(bells(&std::fs::read(&raw).expect("raw")), 0);

@@ -152,18 +152,9 @@ impl Analyzer {
         self.detector.rules()
     }
 
-    pub fn watch(&self) -> &WatchSet {
-        &self.watch
-    }
-
     /// The findings open now, most severe first.
     pub fn open(&self) -> Vec<&Finding> {
         self.detector.open()
-    }
-
-    /// The PIDs marked (`w`) and users marked (`W`) besides the watch set.
-    pub fn marks(&self) -> (&BTreeSet<u32>, &BTreeSet<String>) {
-        (&self.extra_pids, &self.extra_users)
     }
 
     /// Marks or unmarks a PID as mine; returns whether it is marked now.

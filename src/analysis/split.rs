@@ -63,42 +63,12 @@ impl MemSplit {
             drawn_others,
         })
     }
-
-    /// Fraction of total memory in use, 0–1 (`None` for a zero total).
-    pub fn used_ratio(&self) -> Option<f64> {
-        (self.total > 0).then(|| self.used as f64 / self.total as f64)
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{HostProc, Memory, ProcKind};
-
-    fn proc(pid: u32, used: Option<u64>) -> ProcSample {
-        ProcSample {
-            pid,
-            kind: ProcKind::Compute,
-            used_bytes: used,
-            sm_percent: None,
-            mem_percent: None,
-            gpu_instance: None,
-            compute_instance: None,
-            host: HostProc::default(),
-        }
-    }
-
-    fn gpu(used: u64, procs: Vec<ProcSample>) -> GpuSample {
-        let mut g = GpuSample::empty(0, "GPU-x".into());
-        g.memory = Some(Memory {
-            total: 100,
-            reserved: Some(1),
-            used,
-            free: 99 - used,
-        });
-        g.processes = procs;
-        g
-    }
+    use crate::model::test_support::{gpu, proc};
 
     #[test]
     fn external_is_everything_not_mine_unattributed_included() {

@@ -149,6 +149,11 @@ impl Daemon {
         Self::spawn(gpuwatch_cmd(sc), extra)
     }
 
+    /// A daemon at the default interval (1 s), as a user starts it.
+    pub fn start_at_defaults(sc: &ScenarioFile, extra: &[&str]) -> Self {
+        Self::spawn_with(gpuwatch_cmd(sc), &[], extra)
+    }
+
     /// Starts it with this many file descriptors at most (`prlimit --nofile=N:N`, util-linux).
     pub fn start_with_nofile(sc: &ScenarioFile, nofile: u64, extra: &[&str]) -> Self {
         let plain = gpuwatch_cmd(sc);
@@ -164,9 +169,14 @@ impl Daemon {
         Self::spawn(cmd, extra)
     }
 
-    fn spawn(mut cmd: Command, extra: &[&str]) -> Self {
+    fn spawn(cmd: Command, extra: &[&str]) -> Self {
+        Self::spawn_with(cmd, &["--interval", "200ms"], extra)
+    }
+
+    fn spawn_with(mut cmd: Command, global: &[&str], extra: &[&str]) -> Self {
         let mut child = cmd
-            .args(["--interval", "200ms", "daemon", "--listen", "127.0.0.1:0"])
+            .args(global)
+            .args(["daemon", "--listen", "127.0.0.1:0"])
             .args(extra)
             .stderr(Stdio::piped())
             .spawn()

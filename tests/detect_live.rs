@@ -1,0 +1,88 @@
+//! The detector on the live path at the defaults: the daemon, 1 s interval, on the NVML double
+//! (real nvml-wrapper calls), its findings read over HTTP. A sustained ramp opens filling-up
+//! within 15 s of its start and names the process that ramps; a model load on another GPU
+//! (steps of 6.5, 2, 1.2 and 6.6 GiB, then a plateau, as in the H200 trace) opens nothing.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{Daemon, ScenarioFile, request};
+
+#[test]
+fn a_ramp_opens_filling_up_at_1_hz_and_a_model_load_opens_nothing() {
+    let sc = ScenarioFile::new(
+        r#"
+[[gpu]]
+uuid = "GPU-ramp"
+memory_total = "80GiB"
+[[gpu.process]]
+pid = 5000
+used = { step = [[0, "0"], [2, "20GiB"]] }
+[[gpu.process]]
+pid = 5001
+used = { linear = [[0, "1GiB"], [5, "1GiB"], [605, "61GiB"]] }
+
+[[gpu]]
+uuid = "GPU-load"
+memory_total = "141GiB"
+[[gpu.process]]
+pid = 6000
+used = { step = [[0, "0"], [1, "6.5GiB"]] }
+[[gpu.process]]
+pid = 6001
+used = { step = [[0, "0"], [4, "2GiB"], [7, "3.2GiB"]] }
+[[gpu.process]]
+pid = 6002
+used = { step = [[0, "0"], [10, "6.6GiB"]] }
+"#,
+    );
+    let d = Daemon::start_at_defaults(&sc, &["--no-history"]);
+    let started = Instant::now();
+    let mut opened_at = None;
+    // The ramp starts at t = 5 s of the double's clock (which starts when the daemon loads
+    // it): open within 15 s of that, plus the daemon's start.
+    while started.elapsed() < Duration::from_secs(30) {
+        let (status, body) = request(d.port, "/api/v1/findings", None);
+        assert_eq!(status, 200, "{body}");
+        let findings: Vec<serde_json::Value> = serde_json::from_str(&body).expect("json");
+        for f in &findings {
+            assert!(
+                !(f["id"]["gpu"] == "GPU-load"
+                    && ["filling-up", "leak-suspected"]
+                        .contains(&f["id"]["rule"].as_str().unwrap_or(""))),
+                "a model load opened {f}"
+            );
+        }
+        if let Some(f) = findings
+            .iter()
+            .find(|f| f["id"]["rule"] == "filling-up" && f["id"]["gpu"] == "GPU-ramp")
+        {
+            let culprits: Vec<u64> = f["culprits"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|c| c["pid"].as_u64())
+                .collect();
+            assert_eq!(
+                culprits,
+                vec![5001],
+                "the process that ramps, not the one that loaded: {f}"
+            );
+            assert_eq!(
+                f["severity"], "warning",
+                "a GPU 30 % used is not critical: {f}"
+            );
+            opened_at.get_or_insert(started.elapsed());
+            if started.elapsed() >= Duration::from_secs(25) {
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let at = opened_at.expect("filling-up opened on the ramping GPU");
+    assert!(
+        at <= Duration::from_secs(22),
+        "opened {at:?} after the start (ramp from 5 s)"
+    );
+}

@@ -912,8 +912,14 @@ impl History {
 /// included) so it stays cheap. Pairs with equal times are skipped. `None` with fewer than two
 /// points at distinct times. Points are expected in time order; non-finite values are skipped.
 pub fn slope_bytes_per_s(points: &[(f64, f64)]) -> Option<f64> {
+    slope_on_picked(points, SLOPE_MAX_POINTS)
+}
+
+/// [`slope_bytes_per_s`] on at most `max_points` (≤ [`SLOPE_MAX_POINTS`]) evenly spaced points:
+/// a quarter of the pairs at half the points, for a rate that is only compared.
+pub fn slope_on_picked(points: &[(f64, f64)], max_points: usize) -> Option<f64> {
     let len = points.len();
-    let count = len.min(SLOPE_MAX_POINTS);
+    let count = len.min(max_points.min(SLOPE_MAX_POINTS));
     if count < 2 {
         return None;
     }

@@ -23,7 +23,7 @@
 
 use std::time::Duration;
 
-use super::{GpuHistory, ProcHistory, slope_bytes_per_s};
+use super::{GpuHistory, ProcHistory, slope_bytes_per_s, slope_on_picked};
 use crate::detect::Rules;
 
 const MIB: f64 = 1024.0 * 1024.0;
@@ -40,6 +40,11 @@ const DROP_MIN: f64 = GIB;
 
 /// Increments are taken over at least this long.
 const BUCKET_S: f64 = 1.0;
+
+/// Points per slope when refining (half of [`super::SLOPE_MAX_POINTS`], a quarter of the
+/// pairs): refining ran three slopes per longer window for every ramping process, most of the
+/// dashboard's CPU with 400 processes ramping.
+const REFINE_POINTS: usize = 16;
 
 /// The longest window a steady ramp's rate is refined over.
 const MAX_EXTENDED: Duration = Duration::from_mins(2);
@@ -97,15 +102,24 @@ fn lazy_growth(
     headroom: Option<f64>,
     test: &RampTest,
 ) -> Option<Growth> {
-    let recent = points_from(at - test.window.as_secs_f64());
+    let window = test.window.as_secs_f64();
+    let recent = points_from(at - window);
     let short = series_growth(&recent, headroom, test)?;
     let anchored = recent.first().is_some_and(|p| p.0 >= short.since);
     if anchored && short.rate >= test.min_rate / 2.0 {
-        series_growth(
+        // What `series_growth` on the extended points would give: the same window (so the
+        // same anchor, shape and ramp), refined over the longer one. Judging the window a
+        // second time was a third of the detector's cost with every process ramping.
+        let rate = refine(
             &points_from(at - extended(test.window).as_secs_f64()),
-            headroom,
-            test,
-        )
+            window,
+            short.rate,
+        );
+        Some(Growth {
+            rate,
+            time_to_full: ttf(short.ramping, rate, headroom),
+            ..short
+        })
     } else {
         Some(short)
     }
@@ -370,6 +384,17 @@ fn ramps(points: &[(f64, f64)], min_rate: f64, noise: f64) -> bool {
     rising * 4 >= n * 3 && (rise - top2) >= min_rate * span
 }
 
+/// Whether `points` hold a step: an increment (over at least 1 s) of at least 1 GiB and over
+/// 4× their median increment — a load, a checkpoint reload or an intruder's allocation, not
+/// a part of the ramp. A longer window with one in it would carry the step into the rate.
+fn has_step(points: &[(f64, f64)]) -> bool {
+    let mut inc = increments(points);
+    let Some(top) = inc.iter().copied().max_by(f64::total_cmp) else {
+        return false;
+    };
+    top >= DROP_MIN && top > 4.0 * median(&mut inc).max(0.0)
+}
+
 fn median(v: &mut [f64]) -> f64 {
     if v.is_empty() {
         return 0.0;
@@ -398,18 +423,20 @@ fn refine(points: &[(f64, f64)], window: f64, short: f64) -> f64 {
             break;
         }
         let mid = span.partition_point(|p| p.0 < at - window * k / 2.0);
-        let (Some(a), Some(b), Some(all)) = (
-            slope_bytes_per_s(&span[..mid]),
-            slope_bytes_per_s(&span[mid..]),
-            slope_bytes_per_s(span),
+        let close = |x: f64, y: f64| (x - y).abs() <= 0.5 * x.abs().max(y.abs());
+        // The halves first: the whole span's slope only when they agree.
+        let (Some(a), Some(b)) = (
+            slope_on_picked(&span[..mid], REFINE_POINTS),
+            slope_on_picked(&span[mid..], REFINE_POINTS),
         ) else {
             break;
         };
-        let close = |x: f64, y: f64| (x - y).abs() <= 0.5 * x.abs().max(y.abs());
-        if a > 0.0 && b > 0.0 && close(a, b) && close(all, a.max(b)) {
-            best = all;
-        } else {
+        if !(a > 0.0 && b > 0.0 && close(a, b)) || has_step(span) {
             break;
+        }
+        match slope_on_picked(span, REFINE_POINTS) {
+            Some(all) if close(all, a.max(b)) => best = all,
+            _ => break,
         }
     }
     best
@@ -500,6 +527,38 @@ mod tests {
             );
             assert!((g.time_to_full.expect("ttf") - 100.0).abs() < 1.0);
         }
+    }
+
+    #[test]
+    fn a_load_before_a_ramp_does_not_steepen_its_rate() {
+        // A 5.5 GiB load at 13.7 s, a plateau, then 1 GiB/s from 20 s: from 15 s into the
+        // ramp its rate is the ramp's, not the load's carried into a longer window.
+        let series = |t: f64| {
+            GIB * if t < 13.7 {
+                0.5
+            } else if t < 20.0 {
+                6.0
+            } else {
+                6.0 + (t - 20.0)
+            }
+        };
+        for hz in [1.0, 4.0] {
+            let pts = at(hz, 60.0, series);
+            for end in (35.0 * hz) as usize..pts.len() {
+                let t = pts[end - 1].0;
+                let g = series_growth(&pts[..end], Some((79.0 - 17.0) * GIB), &rules())
+                    .expect("growth");
+                assert!(
+                    (g.rate - GIB).abs() < 0.05 * GIB,
+                    "{hz} Hz at t = {t}: {} GiB/s",
+                    g.rate / GIB
+                );
+            }
+        }
+        // Without the load (the same ramp, no step), the longer window still refines it.
+        let steady = at(1.0, 60.0, |t| 6.0 * GIB + t * GIB);
+        assert!(!has_step(&steady));
+        assert!(has_step(&at(1.0, 40.0, series)));
     }
 
     #[test]

@@ -392,7 +392,12 @@ fn has_step(points: &[(f64, f64)]) -> bool {
     let Some(top) = inc.iter().copied().max_by(f64::total_cmp) else {
         return false;
     };
-    top >= DROP_MIN && top > 4.0 * median(&mut inc).max(0.0)
+    if top < DROP_MIN {
+        return false;
+    }
+    let mid = inc.len() / 2;
+    let (_, med, _) = inc.select_nth_unstable_by(mid, f64::total_cmp);
+    top > 4.0 * med.max(0.0)
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -412,6 +417,8 @@ fn refine(points: &[(f64, f64)], window: f64, short: f64) -> f64 {
         return short;
     };
     let mut best = short;
+    // The newer half of each span is the span before it (k doubles): its slope is known.
+    let mut newer: Option<f64> = None;
     for k in [2.0, 4.0, 8.0] {
         let from = at - window * k;
         if points.first().is_none_or(|p| p.0 > from + window * 0.5) {
@@ -427,7 +434,7 @@ fn refine(points: &[(f64, f64)], window: f64, short: f64) -> f64 {
         // The halves first: the whole span's slope only when they agree.
         let (Some(a), Some(b)) = (
             slope_on_picked(&span[..mid], REFINE_POINTS),
-            slope_on_picked(&span[mid..], REFINE_POINTS),
+            newer.or_else(|| slope_on_picked(&span[mid..], REFINE_POINTS)),
         ) else {
             break;
         };
@@ -435,7 +442,10 @@ fn refine(points: &[(f64, f64)], window: f64, short: f64) -> f64 {
             break;
         }
         match slope_on_picked(span, REFINE_POINTS) {
-            Some(all) if close(all, a.max(b)) => best = all,
+            Some(all) if close(all, a.max(b)) => {
+                best = all;
+                newer = Some(all);
+            }
             _ => break,
         }
     }

@@ -62,6 +62,8 @@ pub struct Sampler {
     info: Arc<SourceInfo>,
     stop: Arc<Stop>,
     threads: Vec<JoinHandle<()>>,
+    /// The host thread's shared state (`None` for a source without host facts).
+    host: Option<Arc<HostShared>>,
 }
 
 /// A stop flag that also wakes sleeping threads.
@@ -159,6 +161,7 @@ impl Sampler {
         } else {
             None
         };
+        let host_handle = host.clone();
 
         let first: Arc<OnceLock<Arc<Frame>>> = Arc::default();
         let fast_first = Arc::clone(&first);
@@ -207,7 +210,22 @@ impl Sampler {
             info,
             stop,
             threads,
+            host: host_handle,
         })
+    }
+
+    /// Tells the host thread which PIDs a front end shows now: those are refreshed on every
+    /// host cycle, the others on every [`BACKGROUND_EVERY`]th (`None`, the default: all on
+    /// every cycle). PIDs seen for the first time are always read at once.
+    pub fn focus_host(&self, pids: Option<Vec<u32>>) {
+        if let Some(host) = &self.host {
+            let pids = pids.map(|mut v| {
+                v.sort_unstable();
+                v.dedup();
+                v
+            });
+            *host.focus.lock().unwrap_or_else(PoisonError::into_inner) = pids;
+        }
     }
 
     /// A receiver of frames.
@@ -296,6 +314,9 @@ fn describe_hang(waited: Duration, in_flight: Option<&InFlight>) -> String {
 struct HostShared {
     /// Latest host facts per PID, refreshed by the host thread.
     facts: Mutex<HashMap<u32, HostProc>>,
+    /// The PIDs a front end shows now, sorted: refreshed on every cycle, the others on every
+    /// [`BACKGROUND_EVERY`]th. `None`: every PID on every cycle.
+    focus: Mutex<Option<Vec<u32>>>,
     /// The PIDs of the latest sample: what the host thread refreshes.
     pids: Mutex<Vec<u32>>,
     /// What the fast thread learnt enriching first-seen PIDs, for the host thread to take
@@ -309,10 +330,15 @@ fn host_loop(shared: &HostShared, stop: &Stop, interval: Duration) {
     let Ok(mut procinfo) = ProcInfo::new() else {
         return;
     };
-    loop {
+    for cycle in 0u64.. {
         let started = Instant::now();
         let pids = shared
             .pids
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let focus = shared
+            .focus
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
@@ -325,7 +351,7 @@ fn host_loop(shared: &HostShared, stop: &Stop, interval: Duration) {
         if let Some(handover) = handover {
             procinfo.adopt(handover);
         }
-        let fresh = procinfo.enrich(&pids);
+        let fresh = refresh(&mut procinfo, &pids, focus.as_deref(), cycle);
         {
             // Merge rather than replace: the fast thread may have added PIDs it saw first while
             // this refresh ran; forget only PIDs the latest sample no longer has.
@@ -343,6 +369,27 @@ fn host_loop(shared: &HostShared, stop: &Stop, interval: Duration) {
         }
     }
 }
+
+/// One host cycle: every PID without a focus or on every [`BACKGROUND_EVERY`]th cycle; else
+/// the focused PIDs (sorted) and those seen for the first time.
+fn refresh(
+    procinfo: &mut ProcInfo,
+    pids: &[u32],
+    focus: Option<&[u32]>,
+    cycle: u64,
+) -> HashMap<u32, HostProc> {
+    match focus {
+        Some(focus) if !cycle.is_multiple_of(BACKGROUND_EVERY) => {
+            procinfo.enrich_due(pids, |pid| focus.binary_search(&pid).is_ok())
+        }
+        _ => procinfo.enrich(pids),
+    }
+}
+
+/// With a focus set (the dashboard's rows on screen), the other PIDs are refreshed on every
+/// this many host cycles (5 s at the dashboard's 1 s): reading `/proc/PID/stat` of 400
+/// processes every second was most of the dashboard's CPU, for rows nobody sees.
+pub const BACKGROUND_EVERY: u64 = 5;
 
 /// Takes one fast sample and completes it: host facts and the latest slow readings.
 ///
@@ -441,6 +488,42 @@ fn merge_slow(map: &SlowMap, sample: &mut Sample) {
     for g in &mut sample.gpus {
         if let Some(r) = map.get(&g.uuid) {
             g.slow = r.clone();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Over five cycles with a focus, the focused PID is refreshed on each, the other once (and
+    /// kept, not forgotten, in between); without a focus both are refreshed on each.
+    #[test]
+    fn the_host_refresh_reads_unfocused_pids_every_fifth_cycle() {
+        // Past exec (the facts of a process caught mid-exec are incomplete, read in full again).
+        let ((mut a, pa), (mut b, pb)) = (
+            crate::source::procinfo::tests::running_sleep(),
+            crate::source::procinfo::tests::running_sleep(),
+        );
+        let mut pids = vec![pa, pb];
+        pids.sort_unstable();
+        let mut info = ProcInfo::new().expect("sysinfo supported");
+        // Cycle 0 reads both (the first sighting, and a full cycle).
+        let first = refresh(&mut info, &pids, Some(&[pa]), 0);
+        assert_eq!(first.len(), 2);
+        let mut seen = (0, 0);
+        for cycle in 1..=BACKGROUND_EVERY {
+            let got = refresh(&mut info, &pids, Some(&[pa]), cycle);
+            seen.0 += usize::from(got.contains_key(&pa));
+            seen.1 += usize::from(got.contains_key(&pb));
+        }
+        assert_eq!(seen, (5, 1), "(focused, other) refreshes over 5 cycles");
+        assert_eq!(info.loaded_pids().len(), 2);
+        let all = refresh(&mut info, &pids, None, 7);
+        assert_eq!(all.len(), 2, "no focus: every PID");
+        for c in [&mut a, &mut b] {
+            let _ = c.kill();
+            let _ = c.wait();
         }
     }
 }

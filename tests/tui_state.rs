@@ -395,3 +395,50 @@ fn growth_is_measured_for_the_rows_on_screen_and_for_all_when_sorted_by_it() {
     st.on_frame(frame(&src, 32, 31.0, SourceKind::Demo));
     assert!(growth_of(&st, 1000).is_some(), "measured while paused");
 }
+
+/// The host facts the dashboard keeps fresh every second are those of the rows on screen (and
+/// the selected one): scrolling moves them, and sorting by CPU or RSS, which compares every
+/// row's, asks for all.
+#[test]
+fn host_focus_follows_the_rows_on_screen_and_is_all_when_sorted_by_cpu_or_rss() {
+    let mut text = String::from("[[gpu]]\nmemory_total = \"141GiB\"\n");
+    for i in 0..40u32 {
+        let _ = writeln!(
+            text,
+            "[[gpu.process]]\npid = {}\nused = \"{}MiB\"",
+            1000 + i,
+            4000 - i * 10
+        );
+    }
+    let src = ScriptedSource::new(scenario::Scenario::parse(&text).expect("scenario"), "t");
+    let mut st = UiState::new(
+        gpuwatch::analysis::Analyzer::new(
+            gpuwatch::detect::Rules::default(),
+            Duration::from_mins(10),
+            gpuwatch::analysis::Detail::Full,
+            WatchSet::new(Vec::new(), None),
+        ),
+        false,
+    );
+    st.update(Command::Resize(120, 20));
+    st.on_frame(frame(&src, 1, 0.0, SourceKind::Demo));
+    let page = st.page_rows();
+    assert!(page < 40, "the list is longer than the screen");
+    let focus = st.host_focus().expect("a focus");
+    let mut shown = pids(&st)[..page].to_vec();
+    shown.sort_unstable();
+    let mut got = focus.clone();
+    got.sort_unstable();
+    got.dedup();
+    assert_eq!(got, shown, "the first page (the largest holders)");
+    st.update(Command::End);
+    let focus = st.host_focus().expect("a focus");
+    assert!(focus.contains(&1039), "the last row, selected: {focus:?}");
+    assert!(!focus.contains(&1000), "scrolled off: {focus:?}");
+    for key in [SortKey::Cpu, SortKey::Rss] {
+        st.update(Command::SortBy(key));
+        assert_eq!(st.host_focus(), None, "{key:?}");
+    }
+    st.update(Command::SortBy(SortKey::Pid));
+    assert!(st.host_focus().is_some());
+}

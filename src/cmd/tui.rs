@@ -51,10 +51,12 @@ fn connect_dashboard(config: &Config, url: &str, token: Option<String>) -> Resul
         mem_levels: MemLevels::from(&config.detect),
     };
     let no_call = || None;
+    let no_focus = |_| {};
     crate::tui::run_feed(
         crate::tui::Feed {
             frames: remote.frames(),
             in_flight: &no_call,
+            focus: &no_focus,
             link: Some((remote.url.clone(), remote.link())),
         },
         watch,

@@ -229,6 +229,17 @@ impl ProcInfo {
     /// Returns a map rather than filling `ProcSample`s so that the sampler can enrich the
     /// union of all GPUs' PIDs in one call and copy each entry into every GPU's rows.
     pub fn enrich(&mut self, pids: &[u32]) -> HashMap<u32, HostProc> {
+        self.enrich_due(pids, |_| true)
+    }
+
+    /// [`Self::enrich`], refreshing only the known PIDs that are `due` (and every PID seen for
+    /// the first time, reused or incomplete): the others keep their state here and are left
+    /// out of the map, so that the caller keeps their previous facts.
+    pub fn enrich_due(
+        &mut self,
+        pids: &[u32],
+        due: impl Fn(u32) -> bool,
+    ) -> HashMap<u32, HostProc> {
         let asked: HashSet<u32> = pids.iter().copied().collect();
         self.tracked.retain(|pid, _| asked.contains(pid));
         let now = Instant::now();
@@ -239,6 +250,9 @@ impl ProcInfo {
                 full.push(Pid::from_u32(pid));
                 continue;
             };
+            if !due(pid) {
+                continue;
+            }
             let read = self.read_line;
             let files = &mut t.files;
             let (stat, rss_pages) = match read_stat_with(read, &mut files.stat, pid)
@@ -813,7 +827,7 @@ fn is_hex(s: &str) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     const ID: &str = "3f4e5d6c7b8a99aabbccddeeff00112233445566778899aabbccddeeff001122";
@@ -1053,7 +1067,7 @@ mod tests {
 
     /// A `sleep 30` child, once it runs `sleep` (before exec its command line is empty, and
     /// its facts are incomplete).
-    fn running_sleep() -> (std::process::Child, u32) {
+    pub(crate) fn running_sleep() -> (std::process::Child, u32) {
         let child = std::process::Command::new("sleep")
             .arg("30")
             .spawn()
@@ -1244,6 +1258,37 @@ mod tests {
         assert!(host.system.processes().is_empty());
         let _ = child.kill();
         let _ = child.wait();
+    }
+
+    /// A known PID that is not due is neither read nor forgotten: it is left out of the map
+    /// (the caller keeps its facts) and keeps its CPU baseline for the next refresh; a PID
+    /// seen for the first time is read whether due or not.
+    #[test]
+    fn enrich_due_skips_known_pids_that_are_not_due_and_keeps_their_state() {
+        let (mut a, pa) = running_sleep();
+        let (mut b, pb) = running_sleep();
+        let mut info = ProcInfo::new().expect("sysinfo supported");
+        let first = info.enrich_due(&[pa, pb], |pid| pid == pa);
+        assert!(
+            first.contains_key(&pa) && first.contains_key(&pb),
+            "{first:?}"
+        );
+        std::thread::sleep(MIN_CPU_WINDOW);
+        let second = info.enrich_due(&[pa, pb], |pid| pid == pa);
+        assert!(second.contains_key(&pa), "{second:?}");
+        assert!(!second.contains_key(&pb), "{second:?}");
+        assert_eq!(
+            info.loaded_pids().len(),
+            2,
+            "the skipped PID is still tracked"
+        );
+        // When it is due again, its CPU % comes from the baseline kept: no second first read.
+        let third = info.enrich(&[pa, pb]);
+        assert!(third[&pb].cpu_percent.is_some(), "{:?}", third[&pb]);
+        for c in [&mut a, &mut b] {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
     }
 
     #[test]

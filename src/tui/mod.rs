@@ -178,10 +178,12 @@ fn context(theme: Theme) -> Context {
 /// restored on every way out, panics included.
 pub fn run(sampler: &Sampler, watch: WatchSet, options: &TuiOptions) -> std::io::Result<()> {
     let in_flight = || sampler.in_flight();
+    let focus = |pids| sampler.focus_host(pids);
     run_feed(
         Feed {
             frames: sampler.frames(),
             in_flight: &in_flight,
+            focus: &focus,
             link: None,
         },
         watch,
@@ -195,6 +197,9 @@ pub struct Feed<'a> {
     pub frames: FrameRx,
     /// The call a local sampler is stuck in.
     pub in_flight: &'a dyn Fn() -> Option<crate::source::InFlight>,
+    /// Tells a local sampler's host thread which PIDs are on screen
+    /// ([`crate::sampler::Sampler::focus_host`]); a no-op for a remote feed.
+    pub focus: &'a dyn Fn(Option<Vec<u32>>),
     /// The remote daemon's URL and the link's state.
     pub link: Option<(String, tokio::sync::watch::Receiver<crate::remote::Link>)>,
 }
@@ -238,11 +243,17 @@ async fn run_loop(feed: Feed<'_>, watch: WatchSet, options: &TuiOptions) -> std:
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut dirty = true;
+    let mut focused: Option<Option<Vec<u32>>> = None;
     loop {
         if dirty {
             let ctx = context(theme);
             term.draw(|f| view::render(f, &state, &ctx))?;
             dirty = false;
+            let focus = state.host_focus();
+            if focused.as_ref() != Some(&focus) {
+                (feed.focus)(focus.clone());
+                focused = Some(focus);
+            }
         }
         let effect = tokio::select! {
             biased;

@@ -403,14 +403,33 @@ impl UiState {
 
     /// Measures the growth of the rows on screen (and the selected one) not measured yet.
     fn measure_visible(&mut self) {
+        let wanted = self.visible_rows().collect::<Vec<_>>();
+        self.measure(&wanted);
+    }
+
+    /// The rows on screen, then the selected one.
+    fn visible_rows(&self) -> impl Iterator<Item = RowRef> + '_ {
         let page = self.page_rows();
         let end = (self.offset + page).min(self.rows.len());
-        let wanted = self.rows[self.offset.min(end)..end]
+        self.rows[self.offset.min(end)..end]
             .iter()
             .chain(self.rows.get(self.selected))
             .copied()
-            .collect::<Vec<_>>();
-        self.measure(&wanted);
+    }
+
+    /// The PIDs whose host facts (CPU %, RSS) must be fresh on every refresh: the rows on
+    /// screen and the selected one. `None` (all of them) while sorted by CPU or RSS, which
+    /// compares every row's.
+    pub fn host_focus(&self) -> Option<Vec<u32>> {
+        if matches!(self.sort, SortKey::Cpu | SortKey::Rss) {
+            return None;
+        }
+        let frame = self.shown.as_ref()?;
+        Some(
+            self.visible_rows()
+                .filter_map(|r| Some(frame.sample.gpus.get(r.gpu)?.processes.get(r.proc)?.pid))
+                .collect(),
+        )
     }
 
     /// Measures the growth of these rows of the shown frame, where not measured yet.

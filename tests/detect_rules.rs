@@ -243,6 +243,46 @@ fn a_sustained_ramp_past_warmup_is_a_leak() {
 }
 
 #[test]
+fn a_leak_at_one_and_a_half_times_the_minimum_rate_is_suspected_through_its_noise() {
+    // 15 MiB/min (the minimum is 10) with 4 MiB of noise: between two of the 40 points the
+    // rule judges it rises 1.9 MiB, under the 4 MiB a single increment needs to count as noise.
+    let run = run(
+        &format!(
+            "{GPU}[[gpu.process]]\npid = 10\nused = {{ linear = [[0, \"18432MiB\"], [1200, \"18732MiB\"]], noise = \"4MiB\" }}\nhost = {{ user = \"alice\" }}\n[[gpu.process]]\npid = 11\nused = {{ linear = [[0, \"2GiB\"]], noise = \"4MiB\" }}\nhost = {{ user = \"bob\" }}\n"
+        ),
+        600,
+    );
+    let opened = run.opened(RuleKind::LeakSuspected);
+    assert_eq!(
+        opened.iter().map(|(_, f)| f.id.pid).collect::<Vec<_>>(),
+        vec![Some(10)],
+        "the leak, and not the flat noisy holder"
+    );
+    assert!((360.0..=540.0).contains(&opened[0].0), "{}", opened[0].0);
+}
+
+#[test]
+fn filling_up_names_the_process_that_fills_the_gpu_not_one_that_creeps() {
+    // 100 MiB/s streamed by bob beside alice's job creeping 5 MiB/s (a ramp by itself, 5 %
+    // of the growth): the culprit is bob's process alone.
+    let run = run(
+        &format!(
+            "{GPU}[[gpu.process]]\npid = 10\nused = {{ linear = [[0, \"20GiB\"], [300, \"21980MiB\"]] }}\nhost = {{ user = \"alice\" }}\n[[gpu.process]]\npid = 11\nused = {{ linear = [[0, \"1GiB\"], [300, \"31024MiB\"]] }}\nhost = {{ user = \"bob\" }}\n"
+        ),
+        120,
+    );
+    let opened = run.opened(RuleKind::FillingUp);
+    assert_eq!(opened.len(), 1);
+    let named: std::collections::BTreeSet<u32> = run
+        .events
+        .iter()
+        .filter(|(_, e)| e.finding().id.rule == RuleKind::FillingUp)
+        .flat_map(|(_, e)| e.finding().culprits.iter().map(|c| c.pid))
+        .collect();
+    assert_eq!(named, [11].into(), "only the fast one, on every event");
+}
+
+#[test]
 fn a_process_restarting_with_a_new_pid_is_not_a_leak() {
     // Each life ramps for 3 minutes, then the job restarts under a new PID.
     let mut text = String::from(GPU);

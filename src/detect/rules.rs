@@ -264,6 +264,13 @@ fn near_capacity(input: &Input<'_>, r: &Rules, g: &GpuSample, h: &GpuHistory) ->
 /// message then says so).
 const FILLING_HOLD: f64 = 1.25;
 
+/// Points of a process's sustain window the leak rule judges (spread in time).
+const LEAK_POINTS: usize = 40;
+
+/// Culprits of filling-up: the fastest ramping processes that together make this share of the
+/// ramping processes' growth.
+const DRIVERS_SHARE: f64 = 0.95;
+
 fn filling_up(input: &Input<'_>, r: &Rules, g: &GpuSample, h: &GpuHistory) -> Option<Finding> {
     let fid = id(RuleKind::FillingUp, g, None);
     let open = input.open.contains_key(&fid);
@@ -304,6 +311,15 @@ fn filling_up(input: &Input<'_>, r: &Rules, g: &GpuSample, h: &GpuHistory) -> Op
         b.growth_bytes_per_s
             .unwrap_or(0.0)
             .total_cmp(&a.growth_bytes_per_s.unwrap_or(0.0))
+    });
+    // The fastest that together make most of the drivers' growth: a flat holder whose noise
+    // passes for a slow ramp beside one that streams 50 MiB/s is not why the GPU fills.
+    let total: f64 = drivers.iter().filter_map(|c| c.growth_bytes_per_s).sum();
+    let mut before = 0.0;
+    drivers.retain(|c| {
+        let keep = before < DRIVERS_SHARE * total;
+        before += c.growth_bytes_per_s.unwrap_or(0.0);
+        keep
     });
     let from = latest.t - growth::extended(r.filling_window).as_secs_f64();
     let unattributed =
@@ -621,16 +637,19 @@ fn leak_suspected(
     if latest.t - t_start < sustain * 0.8 || (!open && rise < r.leak_min_rate * sustain * 0.5) {
         return None;
     }
-    let pts = ph.used_picked(from, 40);
+    let pts = ph.used_picked(from, LEAK_POINTS);
     let slope = slope_bytes_per_s(&pts)?;
     let holds = if open {
         slope >= r.leak_min_rate / 2.0
     } else {
         // Steady over five parts, and many increments rather than a few steps (a checkpoint
-        // reload or an allocator cache growing in chunks).
+        // reload or an allocator cache growing in chunks). An increment between picked points
+        // counts as rising from half of what the minimum rate gives it (0.6 MiB at the
+        // defaults): at the process noise of 4 MiB a leak under ~30 MiB/min never could.
+        let step_at_min = r.leak_min_rate * sustain / (LEAK_POINTS - 1) as f64;
         slope >= r.leak_min_rate
             && staircase(&pts, 5, PROC_NOISE)
-            && ramp_shape(&pts, r.leak_min_rate, PROC_NOISE)
+            && ramp_shape(&pts, r.leak_min_rate, PROC_NOISE.min(step_at_min / 2.0))
     };
     if !holds {
         return None;

@@ -220,7 +220,8 @@ pub fn series_growth(
     let ramping = anchored.len() >= 3
         && at - since >= window * 0.5
         && rate >= test.min_rate
-        && ramps(anchored, test.min_rate, test.noise);
+        && ramps(anchored, test.min_rate, test.noise)
+        && above_scatter(anchored, rate);
     // A steady ramp further back than the window, with no re-anchoring drop: refine the rate
     // (only for a rate that matters: most series are flat, and this is per GPU and process).
     let rate = if anchor == 0 && rate >= test.min_rate / 2.0 {
@@ -382,6 +383,31 @@ fn ramps(points: &[(f64, f64)], min_rate: f64, noise: f64) -> bool {
         return true;
     }
     rising * 4 >= n * 3 && (rise - top2) >= min_rate * span
+}
+
+/// How many times the points' scatter about the line the rise over the window must be: a flat
+/// series with a few MiB of noise is not a slow ramp however its increments fall.
+const SCATTER_TIMES: f64 = 3.0;
+
+/// Whether the rise at `rate` over the points' span stands out of their scatter about that
+/// line ([`SCATTER_TIMES`] × the median absolute deviation of the residuals, a step taken out
+/// first as for the rate).
+fn above_scatter(points: &[(f64, f64)], rate: f64) -> bool {
+    let points = destep(points);
+    let (Some(first), Some(last)) = (points.first(), points.last()) else {
+        return false;
+    };
+    let mut residuals: Vec<f64> = points
+        .iter()
+        .map(|&(t, v)| v - rate * (t - first.0))
+        .collect();
+    let mid = residuals.len() / 2;
+    let centre = *residuals.select_nth_unstable_by(mid, f64::total_cmp).1;
+    for r in &mut residuals {
+        *r = (*r - centre).abs();
+    }
+    let scatter = *residuals.select_nth_unstable_by(mid, f64::total_cmp).1;
+    rate * (last.0 - first.0) >= SCATTER_TIMES * scatter
 }
 
 /// Whether `points` hold a step: an increment (over at least 1 s) of at least 1 GiB and over
@@ -569,6 +595,27 @@ mod tests {
         let steady = at(1.0, 60.0, |t| 6.0 * GIB + t * GIB);
         assert!(!has_step(&steady));
         assert!(has_step(&at(1.0, 40.0, series)));
+    }
+
+    #[test]
+    fn a_flat_process_with_noise_never_ramps() {
+        // 50 GiB held flat with 16 MiB of noise, new each second (as NVML reports a holder
+        // that allocates and frees scratch buffers), at 4 Hz for 5 minutes: however its
+        // increments happen to fall, it rises out of its scatter in no window.
+        let jitter = |t: f64| {
+            let mut z = (t.floor() as u64).wrapping_add(0x9E37_79B9_7F4A_7C15);
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^= z >> 31;
+            (z as f64 / u64::MAX as f64) * 2.0 - 1.0
+        };
+        let pts = at(4.0, 300.0, |t| 50.0 * GIB + 16.0 * MIB * jitter(t));
+        let test = process_test(&Rules::default());
+        let window = (test.window.as_secs_f64() * 4.0) as usize;
+        for end in window..pts.len() {
+            let g = series_growth(&pts[end - window..end], None, &test).expect("growth");
+            assert!(!g.ramping, "at t = {}: {g:?}", pts[end - 1].0);
+        }
     }
 
     #[test]

@@ -298,29 +298,7 @@ fn filling_up(input: &Input<'_>, r: &Rules, g: &GpuSample, h: &GpuHistory) -> Op
         return None;
     }
     // Who drives it: processes (and unattributed memory) whose own memory ramps.
-    let mut drivers: Vec<Culprit> = g
-        .processes
-        .iter()
-        .filter_map(|p| {
-            let (_, ph) = input.history.process_for(&g.uuid, p)?;
-            let pg = process_growth(ph, r)?;
-            pg.ramping.then(|| culprit(p, Some(pg.rate)))
-        })
-        .collect();
-    drivers.sort_by(|a, b| {
-        b.growth_bytes_per_s
-            .unwrap_or(0.0)
-            .total_cmp(&a.growth_bytes_per_s.unwrap_or(0.0))
-    });
-    // The fastest that together make most of the drivers' growth: a flat holder whose noise
-    // passes for a slow ramp beside one that streams 50 MiB/s is not why the GPU fills.
-    let total: f64 = drivers.iter().filter_map(|c| c.growth_bytes_per_s).sum();
-    let mut before = 0.0;
-    drivers.retain(|c| {
-        let keep = before < DRIVERS_SHARE * total;
-        before += c.growth_bytes_per_s.unwrap_or(0.0);
-        keep
-    });
+    let drivers = drivers(input, r, g);
     let from = latest.t - growth::extended(r.filling_window).as_secs_f64();
     let unattributed =
         growth::window_points(h.unattributed_series().map(|(t, u)| (t, u as f64)), from);
@@ -389,6 +367,35 @@ fn filling_up(input: &Input<'_>, r: &Rules, g: &GpuSample, h: &GpuHistory) -> Op
     f.unattributed_bytes = g.unattributed_bytes();
     f.culprits = drivers;
     Some(f)
+}
+
+/// The processes whose own memory ramps, fastest first: those that together make
+/// [`DRIVERS_SHARE`] of their growth.
+fn drivers(input: &Input<'_>, r: &Rules, g: &GpuSample) -> Vec<Culprit> {
+    let mut drivers: Vec<Culprit> = g
+        .processes
+        .iter()
+        .filter_map(|p| {
+            let (_, ph) = input.history.process_for(&g.uuid, p)?;
+            let pg = process_growth(ph, r)?;
+            pg.ramping.then(|| culprit(p, Some(pg.rate)))
+        })
+        .collect();
+    drivers.sort_by(|a, b| {
+        b.growth_bytes_per_s
+            .unwrap_or(0.0)
+            .total_cmp(&a.growth_bytes_per_s.unwrap_or(0.0))
+    });
+    // The fastest that together make most of the drivers' growth: a flat holder whose noise
+    // passes for a slow ramp beside one that streams 50 MiB/s is not why the GPU fills.
+    let total: f64 = drivers.iter().filter_map(|c| c.growth_bytes_per_s).sum();
+    let mut before = 0.0;
+    drivers.retain(|c| {
+        let keep = before < DRIVERS_SHARE * total;
+        before += c.growth_bytes_per_s.unwrap_or(0.0);
+        keep
+    });
+    drivers
 }
 
 /// Memory of the watched processes on a GPU at each sample time of the window.

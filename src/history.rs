@@ -471,6 +471,9 @@ pub struct ProcHistory {
     coarse: usize,
     peak_used: Option<(u64, f64)>,
     idle_since: Option<f64>,
+    /// The last rate refined over a longer window ([`growth::process_growth`]), reused for a
+    /// few seconds of samples.
+    refined: std::cell::Cell<Option<growth::Refined>>,
 }
 
 impl ProcHistory {
@@ -482,7 +485,13 @@ impl ProcHistory {
             coarse: 0,
             peak_used: None,
             idle_since: None,
+            refined: std::cell::Cell::new(None),
         }
+    }
+
+    /// See the field.
+    pub(crate) fn refined(&self) -> &std::cell::Cell<Option<growth::Refined>> {
+        &self.refined
     }
 
     /// Since when every SM reading of this process has been 0 (unix seconds): the time of the
@@ -1019,6 +1028,67 @@ mod tests {
 
     fn close(a: f64, b: f64, tol: f64) -> bool {
         (a - b).abs() <= tol
+    }
+
+    /// A process's rate refined over a longer window is reused for [`growth::REFINE_EVERY`]
+    /// seconds of samples, then refined again; a drop that re-anchors the window forgets it.
+    #[test]
+    fn a_refined_process_rate_is_reused_for_a_few_seconds_then_refined_again() {
+        let rules = crate::detect::Rules::default();
+        let mut h = History::new(Duration::from_mins(10));
+        // 8 MiB/s for 2 minutes, then 16 MiB/s: the longer window's rate moves slowly.
+        let used = |t: f64| {
+            let mib = if t <= 120.0 {
+                t * 8.0
+            } else {
+                960.0 + (t - 120.0) * 16.0
+            };
+            GIB + (mib * MIB as f64) as u64
+        };
+        let push = |h: &mut History, t: f64, bytes: u64| {
+            h.push(&sample(
+                t,
+                vec![gpu(
+                    "GPU-a",
+                    Some(bytes),
+                    vec![proc(7, Some(1), Some(bytes))],
+                )],
+            ));
+        };
+        for i in 0..=120 {
+            push(&mut h, f64::from(i), used(f64::from(i)));
+        }
+        let ph = h.processes().next().expect("one process").1;
+        let first = growth::process_growth(ph, &rules).expect("growth");
+        let kept = ph.refined().get().expect("a steady ramp is refined");
+        assert_eq!(
+            (kept.at, kept.rate.to_bits()),
+            (120.0, first.rate.to_bits())
+        );
+        for i in 121..=124 {
+            push(&mut h, f64::from(i), used(f64::from(i)));
+            let ph = h.processes().next().expect("one process").1;
+            let g = growth::process_growth(ph, &rules).expect("growth");
+            assert_eq!(
+                g.rate.to_bits(),
+                first.rate.to_bits(),
+                "reused at t = {i}: {g:?}"
+            );
+            assert_eq!(ph.refined().get().map(|m| m.at), Some(120.0));
+        }
+        push(&mut h, 125.0, used(125.0));
+        let ph = h.processes().next().expect("one process").1;
+        let _ = growth::process_growth(ph, &rules).expect("growth");
+        assert_eq!(
+            ph.refined().get().map(|m| m.at),
+            Some(125.0),
+            "refined again"
+        );
+        // Freed: the window re-anchors and the refined rate is forgotten.
+        push(&mut h, 126.0, GIB);
+        let ph = h.processes().next().expect("one process").1;
+        let _ = growth::process_growth(ph, &rules);
+        assert_eq!(ph.refined().get(), None);
     }
 
     #[test]

@@ -78,12 +78,18 @@ pub fn gpu_growth(h: &GpuHistory, rules: &Rules) -> Option<Growth> {
         at,
         headroom,
         &gpu_test(rules),
+        None,
     )
 }
 
 /// The growth of one process's GPU memory (no time to full: a process has no headroom of its
 /// own; [`Growth::with_headroom`] gives the GPU's). A process ramps from a quarter of the
 /// GPU's minimum rate: it may be one of several driving the GPU.
+///
+/// The rate refined over a longer window is kept with the history and reused while it is less
+/// than [`REFINE_EVERY`] old (by sample time): a longer window's rate moves little in a few
+/// seconds, and refining every ramping process on every frame was most of the detector's cost
+/// (the GPU's own growth, whose time to full the rules judge, is refined on every call).
 pub fn process_growth(ph: &ProcHistory, rules: &Rules) -> Option<Growth> {
     let at = ph.latest()?.t;
     lazy_growth(
@@ -91,16 +97,29 @@ pub fn process_growth(ph: &ProcHistory, rules: &Rules) -> Option<Growth> {
         at,
         None,
         &process_test(rules),
+        Some(ph.refined()),
     )
+}
+
+/// How long a process's refined rate is reused (sample time).
+pub const REFINE_EVERY: f64 = 5.0;
+
+/// A refined rate and the time of the newest point it was computed at.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Refined {
+    pub(crate) at: f64,
+    pub(crate) rate: f64,
 }
 
 /// [`series_growth`] on the window's points, and on the [`extended`] window's only when the
 /// rate is worth refining (reading 2 minutes of every process each frame is most of the cost).
+/// With `memo`, a refined rate less than [`REFINE_EVERY`] old is reused (and a new one kept).
 fn lazy_growth(
     points_from: impl Fn(f64) -> Vec<(f64, f64)>,
     at: f64,
     headroom: Option<f64>,
     test: &RampTest,
+    memo: Option<&std::cell::Cell<Option<Refined>>>,
 ) -> Option<Growth> {
     let window = test.window.as_secs_f64();
     let recent = points_from(at - window);
@@ -110,10 +129,22 @@ fn lazy_growth(
         // What `series_growth` on the extended points would give: the same window (so the
         // same anchor, shape and ramp), refined over the longer one. Judging the window a
         // second time was a third of the detector's cost with every process ramping.
-        let rate = refine(
-            &points_from(at - extended(test.window).as_secs_f64()),
-            window,
-            short.rate,
+        let kept = memo
+            .and_then(std::cell::Cell::get)
+            .filter(|m| (0.0..REFINE_EVERY).contains(&(at - m.at)));
+        let rate = kept.map_or_else(
+            || {
+                let longer = refine(
+                    &points_from(at - extended(test.window).as_secs_f64()),
+                    window,
+                );
+                // Only a rate a longer window gave is kept: the window's own moves each frame.
+                if let Some(memo) = memo {
+                    memo.set(longer.map(|rate| Refined { at, rate }));
+                }
+                longer.unwrap_or(short.rate)
+            },
+            |m| m.rate,
         );
         Some(Growth {
             rate,
@@ -121,6 +152,10 @@ fn lazy_growth(
             ..short
         })
     } else {
+        // A drop re-anchored the window, or the rate fell: what was refined before is over.
+        if let Some(memo) = memo {
+            memo.set(None);
+        }
         Some(short)
     }
 }
@@ -225,7 +260,7 @@ pub fn series_growth(
     // A steady ramp further back than the window, with no re-anchoring drop: refine the rate
     // (only for a rate that matters: most series are flat, and this is per GPU and process).
     let rate = if anchor == 0 && rate >= test.min_rate / 2.0 {
-        refine(points, window, rate)
+        refine(points, window).unwrap_or(rate)
     } else {
         rate
     };
@@ -437,12 +472,10 @@ fn median(v: &mut [f64]) -> f64 {
 /// The rate over the longest window (2×, 4×, 8× the filling window, within the points) whose
 /// two halves ramp at rates within 50 % of each other: loose enough for noise on a slow ramp
 /// (whose short-window rate is noisy: it is not compared), tight enough to refuse a plateau or
-/// a load before a fast ramp. `short` when none does.
-fn refine(points: &[(f64, f64)], window: f64, short: f64) -> f64 {
-    let Some(&(at, _)) = points.last() else {
-        return short;
-    };
-    let mut best = short;
+/// a load before a fast ramp. `None` when none does.
+fn refine(points: &[(f64, f64)], window: f64) -> Option<f64> {
+    let &(at, _) = points.last()?;
+    let mut best = None;
     // The newer half of each span is the span before it (k doubles): its slope is known.
     let mut newer: Option<f64> = None;
     for k in [2.0, 4.0, 8.0] {
@@ -469,7 +502,7 @@ fn refine(points: &[(f64, f64)], window: f64, short: f64) -> f64 {
         }
         match slope_on_picked(span, REFINE_POINTS) {
             Some(all) if close(all, a.max(b)) => {
-                best = all;
+                best = Some(all);
                 newer = Some(all);
             }
             _ => break,

@@ -12,14 +12,16 @@
 //!   preallocation is a few steps between plateaus, then a plateau;
 //! - the two largest increments carry at most 60 % of the rise (beyond the noise of the
 //!   increments), unless three quarters of the increments rise and the rise without those two
-//!   is a ramp by itself (a leak that an intruder's allocation lands on).
+//!   is a ramp by itself (a leak that an intruder's allocation lands on);
+//! - the rise at its rate over the window is at least 3 × the points' scatter about that line
+//!   (the median absolute deviation of the residuals): a flat holder's noise is not a ramp.
 //!
 //! A drop that frees at least 1 GiB and half of what the window rose *re-anchors* the
 //! estimate: only points after it count, so a dead leaker's GPU stops predicting full at once.
 //! The rate is the Theil–Sen slope of the anchored window, with an increment that alone
 //! carries most of the rise taken out; when the series ramps steadily further back (its two
-//! halves agree), a longer window (up to 8× or 2 min) refines it, so a slow noisy leak does
-//! not get a noisy time to full.
+//! halves agree, and no step lies in it), a longer window (up to 8× or 2 min) refines it, so a
+//! slow noisy leak does not get a noisy time to full and a load before a ramp does not bend it.
 
 use std::time::Duration;
 

@@ -189,6 +189,33 @@ fn filling_up_fires_on_a_ramp_names_it_and_resolves_when_growth_stops() {
 }
 
 #[test]
+fn a_partial_free_in_a_trend_that_goes_on_holds_filling_up_and_a_death_resolves_it() {
+    // 100 MiB/s from 10 s; at 60 s the job frees 2 GiB of its 5 GiB rise and keeps growing;
+    // at 120 s it dies and frees everything.
+    let run = run(
+        &format!(
+            "{GPU}[[gpu.process]]\npid = 10\nend = 120\nused = {{ linear = [[0, \"2GiB\"], [10, \"2GiB\"], [60, \"7000MiB\"], [60.2, \"4952MiB\"], [120, \"10952MiB\"]] }}\nhost = {{ user = \"alice\" }}\n"
+        ),
+        130,
+    );
+    let opened = run.opened(RuleKind::FillingUp);
+    assert_eq!(
+        opened.len(),
+        1,
+        "opened once: {:?}",
+        run.resolved(RuleKind::FillingUp)
+    );
+    assert!((10.0..=25.0).contains(&opened[0].0), "{}", opened[0].0);
+    let resolved = run.resolved(RuleKind::FillingUp);
+    assert_eq!(resolved.len(), 1, "{resolved:?}");
+    assert!(
+        (120.0..=122.0).contains(&resolved[0]),
+        "resolved by the death, within 2 samples: {}",
+        resolved[0]
+    );
+}
+
+#[test]
 fn a_step_then_a_plateau_is_not_filling_up_nor_a_leak() {
     let run = run(
         &format!(

@@ -273,22 +273,33 @@ const DRIVERS_SHARE: f64 = 0.95;
 
 fn filling_up(input: &Input<'_>, r: &Rules, g: &GpuSample, h: &GpuHistory) -> Option<Finding> {
     let fid = id(RuleKind::FillingUp, g, None);
-    let open = input.open.contains_key(&fid);
+    let prev = input.open.get(&fid);
+    let open = prev.is_some();
     let latest = h.latest()?;
     let growth = gpu_growth(h, r)?;
-    let slope = growth.rate;
+    let horizon = r.filling_horizon.as_secs_f64();
+    let window = r.filling_window.as_secs_f64();
+    // A drop re-anchored the window less than half a window ago: too short to judge a rate.
+    let reanchored = growth.at - growth.since < window * 0.5;
+    // Open, and the drop gave back less than the GPU rose since the finding opened (a partial
+    // free in a trend that goes on, as an allocator's periodic release): it holds at the rate
+    // it had, until the new window can be judged. A leaker that dies frees all it took.
+    let partial = prev
+        .filter(|_| reanchored)
+        .and_then(|f| Some((f, h.used_series().find(|p| p.0 >= f.since)?.1)))
+        .filter(|&(_, at_open)| latest.used.is_some_and(|u| u > at_open))
+        .and_then(|(f, _)| f.rate_bytes_per_s);
+    let slope = partial.unwrap_or(growth.rate);
     let headroom = latest.headroom()? as f64;
     let ttf = if slope > 0.0 {
         headroom / slope
     } else {
         f64::INFINITY
     };
-    let horizon = r.filling_horizon.as_secs_f64();
-    let window = r.filling_window.as_secs_f64();
     let holds = if open {
         // Hysteresis on the rate and on the time to full; a re-anchoring drop (a window that
-        // restarts after it) still resolves it at once.
-        growth.at - growth.since >= window * 0.5
+        // restarts after it) that gives back what the GPU rose resolves it at once.
+        (!reanchored || partial.is_some())
             && slope >= r.filling_min_rate / 2.0
             && ttf <= horizon * FILLING_HOLD
     } else {

@@ -86,3 +86,58 @@ used = { step = [[0, "0"], [10, "6.6GiB"]] }
         "opened {at:?} after the start (ramp from 5 s)"
     );
 }
+
+/// At the defaults, through the daemon's HTTP API: a job ramping 200 MiB/s that frees 2 GiB at
+/// 30 s and goes on keeps its filling-up finding open through the free (it resolved and
+/// opened again), and a process creeping 5 MiB/s beside it (a ramp by itself, 2 % of the
+/// growth) is never named a culprit.
+#[test]
+fn a_partial_free_keeps_filling_up_open_and_a_creeping_process_is_not_a_culprit() {
+    let sc = ScenarioFile::new(
+        r#"
+[[gpu]]
+uuid = "GPU-saw"
+memory_total = "80GiB"
+[[gpu.process]]
+pid = 7001
+used = { linear = [[0, "1GiB"], [2, "1GiB"], [30, "6624MiB"], [30.2, "4576MiB"], [120, "22576MiB"]] }
+[[gpu.process]]
+pid = 7002
+used = { linear = [[0, "10GiB"], [120, "10840MiB"]] }
+"#,
+    );
+    let d = Daemon::start_at_defaults(&sc, &["--no-history"]);
+    let started = Instant::now();
+    let mut opened_at = None;
+    let mut missing_after_open = Vec::new();
+    while started.elapsed() < Duration::from_secs(42) {
+        let (status, body) = request(d.port, "/api/v1/findings", None);
+        assert_eq!(status, 200, "{body}");
+        let findings: Vec<serde_json::Value> = serde_json::from_str(&body).expect("json");
+        let filling = findings.iter().find(|f| f["id"]["rule"] == "filling-up");
+        match filling {
+            Some(f) => {
+                let culprits: Vec<u64> = f["culprits"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter_map(|c| c["pid"].as_u64())
+                    .collect();
+                assert_eq!(culprits, vec![7001], "only the fast one: {f}");
+                opened_at.get_or_insert(started.elapsed());
+            }
+            None if opened_at.is_some() => missing_after_open.push(started.elapsed()),
+            None => {}
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let at = opened_at.expect("filling-up opened on the ramp");
+    assert!(
+        at <= Duration::from_secs(22),
+        "opened {at:?} after the start"
+    );
+    assert!(
+        missing_after_open.is_empty(),
+        "resolved at {missing_after_open:?} after opening at {at:?} (the free is at 30 s)"
+    );
+}

@@ -14,10 +14,9 @@ use gpuwatch::model::{Frame, ProcSample};
 use gpuwatch::output::table;
 use gpuwatch::source::GpuSource;
 use gpuwatch::source::scripted::ScriptedSource;
-use gpuwatch::tui::state::{Command, UiState};
+use gpuwatch::tui::state::Command;
 use gpuwatch::tui::theme::Theme;
 use gpuwatch::tui::view::{Context, render};
-use gpuwatch::watch::WatchSet;
 use ratatui::Terminal;
 use ratatui::backend::TestBackend;
 use ratatui::style::Color;
@@ -75,15 +74,7 @@ fn table_level(f: &Frame, levels: MemLevels) -> MemLevel {
 
 /// The dashboard's colour of the GPU panel's `used/total` text.
 fn dashboard_level(f: &Frame, levels: MemLevels) -> Option<MemLevel> {
-    let mut st = UiState::new(
-        gpuwatch::analysis::Analyzer::new(
-            gpuwatch::detect::Rules::default(),
-            Duration::from_mins(10),
-            gpuwatch::analysis::Detail::Full,
-            WatchSet::new(Vec::new(), None),
-        ),
-        false,
-    );
+    let mut st = common::ui_state(None, false);
     st.on_frame(Arc::new(f.clone()));
     st.update(Command::Resize(120, 30));
     let ctx = Context {

@@ -2,6 +2,8 @@
 //! scripted frames (fixed times, fixed clocks), so they are deterministic.
 //! Review changes with `cargo insta review`.
 
+mod common;
+
 use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,7 +15,6 @@ use gpuwatch::source::scripted::{DEMO_START, ScriptedSource};
 use gpuwatch::tui::state::{Command, UiState, View};
 use gpuwatch::tui::theme::Theme;
 use gpuwatch::tui::view::{Context, render};
-use gpuwatch::watch::WatchSet;
 use ratatui::Terminal;
 use ratatui::backend::TestBackend;
 use scenario::Scenario;
@@ -34,15 +35,7 @@ fn fed_as(
     t_end: f64,
     steps: usize,
 ) -> (UiState, Instant) {
-    let mut st = UiState::new(
-        gpuwatch::analysis::Analyzer::new(
-            gpuwatch::detect::Rules::default(),
-            Duration::from_mins(10),
-            gpuwatch::analysis::Detail::Full,
-            WatchSet::new(Vec::new(), Some(me.to_string())),
-        ),
-        false,
-    );
+    let mut st = common::ui_state(Some(me), false);
     let mut info = source.info();
     if let Some(kind) = kind {
         info.kind = kind;
@@ -304,15 +297,7 @@ fn kill_confirmation() {
 fn read_only_refuses_to_signal() {
     let src = demo();
     let info = Arc::new(src.info());
-    let mut st = UiState::new(
-        gpuwatch::analysis::Analyzer::new(
-            gpuwatch::detect::Rules::default(),
-            Duration::from_mins(10),
-            gpuwatch::analysis::Detail::Full,
-            WatchSet::new(Vec::new(), None),
-        ),
-        true,
-    );
+    let mut st = common::ui_state(None, true);
     st.on_frame(Arc::new(Frame {
         seq: 1,
         source: info,

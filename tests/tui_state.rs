@@ -1,6 +1,8 @@
 //! The dashboard's state machine without a terminal: navigation, sorting, pause, watching,
 //! the mouse, and the kill dialog's stages. Scripted frames, so every step is deterministic.
 
+mod common;
+
 use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -10,7 +12,6 @@ use gpuwatch::signal::Sig;
 use gpuwatch::source::GpuSource;
 use gpuwatch::source::scripted::{DEMO_START, ScriptedSource};
 use gpuwatch::tui::state::{Command, Effect, KillStage, SortKey, UiState, View};
-use gpuwatch::watch::WatchSet;
 
 fn frame(src: &ScriptedSource, seq: u64, t: f64, kind: SourceKind) -> Arc<Frame> {
     let mut info = src.info();
@@ -26,15 +27,7 @@ fn frame(src: &ScriptedSource, seq: u64, t: f64, kind: SourceKind) -> Arc<Frame>
 
 fn demo_state(kind: SourceKind) -> (UiState, ScriptedSource) {
     let src = ScriptedSource::demo().expect("demo");
-    let mut st = UiState::new(
-        gpuwatch::analysis::Analyzer::new(
-            gpuwatch::detect::Rules::default(),
-            Duration::from_mins(10),
-            gpuwatch::analysis::Detail::Full,
-            WatchSet::new(Vec::new(), Some("alice".into())),
-        ),
-        false,
-    );
+    let mut st = common::ui_state(Some("alice"), false);
     st.update(Command::Resize(120, 40));
     st.on_frame(frame(&src, 1, DEMO_START, kind));
     (st, src)
@@ -242,15 +235,7 @@ fn views_open_and_close() {
 #[test]
 fn findings_reach_the_state_and_a_critical_one_rings_the_bell() {
     let src = ScriptedSource::demo().expect("demo");
-    let mut st = UiState::new(
-        gpuwatch::analysis::Analyzer::new(
-            gpuwatch::detect::Rules::default(),
-            Duration::from_mins(10),
-            gpuwatch::analysis::Detail::Full,
-            WatchSet::new(Vec::new(), Some("alice".into())),
-        ),
-        false,
-    );
+    let mut st = common::ui_state(Some("alice"), false);
     // A minute of the demo before its start: bob's job arrives on GPU 3 and fills it.
     for i in 0..60u32 {
         st.on_frame(frame(
@@ -338,15 +323,7 @@ fn growth_is_measured_for_the_rows_on_screen_and_for_all_when_sorted_by_it() {
         "[[gpu.process]]\npid = 999\nused = { linear = [[0, \"100MiB\"], [120, \"1900MiB\"]] }\n",
     );
     let src = ScriptedSource::new(scenario::Scenario::parse(&text).expect("scenario"), "t");
-    let mut st = UiState::new(
-        gpuwatch::analysis::Analyzer::new(
-            gpuwatch::detect::Rules::default(),
-            Duration::from_mins(10),
-            gpuwatch::analysis::Detail::Full,
-            WatchSet::new(Vec::new(), None),
-        ),
-        false,
-    );
+    let mut st = common::ui_state(None, false);
     st.update(Command::Resize(120, 20));
     for i in 0..30u32 {
         st.on_frame(frame(
@@ -411,15 +388,7 @@ fn host_focus_follows_the_rows_on_screen_and_is_all_when_sorted_by_cpu_or_rss() 
         );
     }
     let src = ScriptedSource::new(scenario::Scenario::parse(&text).expect("scenario"), "t");
-    let mut st = UiState::new(
-        gpuwatch::analysis::Analyzer::new(
-            gpuwatch::detect::Rules::default(),
-            Duration::from_mins(10),
-            gpuwatch::analysis::Detail::Full,
-            WatchSet::new(Vec::new(), None),
-        ),
-        false,
-    );
+    let mut st = common::ui_state(None, false);
     st.update(Command::Resize(120, 20));
     st.on_frame(frame(&src, 1, 0.0, SourceKind::Demo));
     let page = st.page_rows();

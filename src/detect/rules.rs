@@ -284,11 +284,12 @@ fn filling_up(input: &Input<'_>, r: &Rules, g: &GpuSample, h: &GpuHistory) -> Op
     // Open, and the drop gave back less than the GPU rose since the finding opened (a partial
     // free in a trend that goes on, as an allocator's periodic release): it holds at the rate
     // it had, until the new window can be judged. A leaker that dies frees all it took.
-    let partial = prev
+    let held = prev
         .filter(|_| reanchored)
         .and_then(|f| Some((f, h.used_series().find(|p| p.0 >= f.since)?.1)))
         .filter(|&(_, at_open)| latest.used.is_some_and(|u| u > at_open))
-        .and_then(|(f, _)| f.rate_bytes_per_s);
+        .map(|(f, _)| f);
+    let partial = held.and_then(|f| f.rate_bytes_per_s);
     let slope = partial.unwrap_or(growth.rate);
     let headroom = latest.headroom()? as f64;
     let ttf = if slope > 0.0 {
@@ -308,8 +309,13 @@ fn filling_up(input: &Input<'_>, r: &Rules, g: &GpuSample, h: &GpuHistory) -> Op
     if !holds {
         return None;
     }
-    // Who drives it: processes (and unattributed memory) whose own memory ramps.
-    let drivers = drivers(input, r, g);
+    // Who drives it: processes (and unattributed memory) whose own memory ramps. Held over a
+    // partial free, the drivers it had: the one that freed re-anchored its own window too, and
+    // whoever else creeps would be named alone.
+    let drivers = match held {
+        Some(f) if partial.is_some() => f.culprits.clone(),
+        _ => drivers(input, r, g),
+    };
     let from = latest.t - growth::extended(r.filling_window).as_secs_f64();
     let unattributed =
         growth::window_points(h.unattributed_series().map(|(t, u)| (t, u as f64)), from);

@@ -383,3 +383,17 @@ pub fn steering_chars(text: &str) -> Vec<char> {
         })
         .collect()
 }
+
+/// The dashboard's state over an analysis stage at the defaults (the built-in `[detect]`, a
+/// 10-minute history, full detail), watching `user`'s processes.
+pub fn ui_state(user: Option<&str>, read_only: bool) -> gpuwatch::tui::state::UiState {
+    gpuwatch::tui::state::UiState::new(
+        gpuwatch::analysis::Analyzer::new(
+            gpuwatch::detect::Rules::default(),
+            Duration::from_mins(10),
+            gpuwatch::analysis::Detail::Full,
+            gpuwatch::watch::WatchSet::new(Vec::new(), user.map(str::to_string)),
+        ),
+        read_only,
+    )
+}

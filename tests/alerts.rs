@@ -29,6 +29,7 @@ fn finding(rule: RuleKind, pid: Option<u32>, severity: Severity, at: f64) -> Fin
         baseline_bytes: None,
         unattributed_bytes: None,
         culprits: Vec::new(),
+        culprits_at: None,
     }
 }
 

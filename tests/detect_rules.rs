@@ -456,3 +456,47 @@ fn stale_samples_are_reported() {
         matches!(&events[..], [FindingEvent::Opened(f)] if f.id.rule == RuleKind::SourceHealth && f.summary.contains("stale"))
     );
 }
+
+#[test]
+fn an_open_filling_up_names_a_new_driver_within_seconds_and_drops_one_that_left_at_once() {
+    // bob streams 100 MiB/s throughout; carol's 20 MiB/s job leaves at 50 s (800 MiB freed:
+    // no re-anchoring drop); dave's process, flat until 60 s, streams 100 MiB/s from then.
+    let run = run(
+        &format!(
+            "{GPU}[[gpu.process]]\npid = 11\nused = {{ linear = [[0, \"1GiB\"], [150, \"16000MiB\"]] }}\nhost = {{ user = \"bob\" }}\n[[gpu.process]]\npid = 12\nend = 50\nused = {{ linear = [[0, \"0\"], [50, \"1000MiB\"]] }}\nhost = {{ user = \"carol\" }}\n[[gpu.process]]\npid = 13\nused = {{ linear = [[0, \"1GiB\"], [60, \"1GiB\"], [150, \"10024MiB\"]] }}\nhost = {{ user = \"dave\" }}\n"
+        ),
+        150,
+    );
+    assert_eq!(run.opened(RuleKind::FillingUp).len(), 1);
+    let named = |pid: u32| -> Vec<f64> {
+        run.events
+            .iter()
+            .filter(|(_, e)| e.finding().id.rule == RuleKind::FillingUp)
+            .filter(|(_, e)| e.finding().culprits.iter().any(|c| c.pid == pid))
+            .map(|(t, _)| *t)
+            .collect()
+    };
+    assert!(
+        named(12).first().is_some_and(|&t| t < 50.0),
+        "carol named while she grew"
+    );
+    assert!(
+        named(12).iter().all(|&t| t < 50.0),
+        "not after she left: {:?}",
+        named(12)
+    );
+    let dave = named(13);
+    assert!(
+        dave.first()
+            .is_some_and(|&t| (60.0..=60.0 + 15.0 + 5.0).contains(&t)),
+        "dave named within a window and the re-judging interval of his ramp: {dave:?}"
+    );
+    let last = run
+        .open_at_end
+        .iter()
+        .find(|f| f.id.rule == RuleKind::FillingUp)
+        .expect("still filling");
+    let pids: Vec<u32> = last.culprits.iter().map(|c| c.pid).collect();
+    assert_eq!(pids.len(), 2, "{pids:?}");
+    assert!(pids.contains(&11) && pids.contains(&13), "{pids:?}");
+}

@@ -100,6 +100,7 @@ pub(crate) mod test_support {
             baseline_bytes: None,
             unattributed_bytes: None,
             culprits: Vec::new(),
+            culprits_at: None,
         }
     }
 

@@ -99,6 +99,10 @@ pub struct Finding {
     pub unattributed_bytes: Option<u64>,
     /// Processes the finding names.
     pub culprits: Vec<Culprit>,
+    /// When the culprits were last judged (sample time), where a rule reuses them for a few
+    /// seconds rather than judging every process on every frame. Not sent to sinks.
+    #[serde(skip)]
+    pub culprits_at: Option<f64>,
 }
 
 /// A finding's lifecycle, as sinks and front ends receive it.

@@ -104,6 +104,7 @@ fn base(
         baseline_bytes: None,
         unattributed_bytes: None,
         culprits: Vec::new(),
+        culprits_at: None,
     }
 }
 
@@ -279,19 +280,14 @@ fn filling_up(input: &Input<'_>, r: &Rules, g: &GpuSample, h: &GpuHistory) -> Op
     let growth = gpu_growth(h, r)?;
     let horizon = r.filling_horizon.as_secs_f64();
     let window = r.filling_window.as_secs_f64();
-    // A drop re-anchored the window less than half a window ago: too short to judge a rate.
-    let reanchored = growth.at - growth.since < window * 0.5;
-    // Open, and the drop gave back less than the GPU rose since the finding opened (a partial
-    // free in a trend that goes on, as an allocator's periodic release): it holds at the rate
-    // it had, until the new window can be judged. A leaker that dies frees all it took.
-    let held = prev
-        .filter(|_| reanchored)
-        .and_then(|f| Some((f, h.used_series().find(|p| p.0 >= f.since)?.1)))
-        .filter(|&(_, at_open)| latest.used.is_some_and(|u| u > at_open))
-        .map(|(f, _)| f);
+    // A drop re-anchored the window less than half a window ago: too short to judge a rate
+    // (unless the drops are partial frees in a trend that goes on: its rate is that trend's).
+    let reanchored = growth.peaks_ahead.is_none() && growth.at - growth.since < window * 0.5;
+    let held = prev.filter(|f| reanchored && held_over_free(f, g, h, latest.used));
     let partial = held.and_then(|f| f.rate_bytes_per_s);
     let slope = partial.unwrap_or(growth.rate);
-    let headroom = latest.headroom()? as f64;
+    // Through partial frees the GPU is full when a peak reaches capacity.
+    let headroom = (latest.headroom()? as f64 - growth.peaks_ahead.unwrap_or(0.0)).max(0.0);
     let ttf = if slope > 0.0 {
         headroom / slope
     } else {
@@ -304,18 +300,19 @@ fn filling_up(input: &Input<'_>, r: &Rules, g: &GpuSample, h: &GpuHistory) -> Op
             && slope >= r.filling_min_rate / 2.0
             && ttf <= horizon * FILLING_HOLD
     } else {
-        growth.ramping && ttf <= horizon
+        (growth.ramping || growth.peaks_ahead.is_some()) && ttf <= horizon
     };
     if !holds {
         return None;
     }
-    // Who drives it: processes (and unattributed memory) whose own memory ramps. Held over a
-    // partial free, the drivers it had: the one that freed re-anchored its own window too, and
-    // whoever else creeps would be named alone.
-    let drivers = match held {
-        Some(f) if partial.is_some() => f.culprits.clone(),
-        _ => drivers(input, r, g),
-    };
+    let (drivers, judged_at) = judged_drivers(
+        input,
+        r,
+        g,
+        prev,
+        held.filter(|_| partial.is_some()),
+        latest.t,
+    );
     let from = latest.t - growth::extended(r.filling_window).as_secs_f64();
     let unattributed =
         growth::window_points(h.unattributed_series().map(|(t, u)| (t, u as f64)), from);
@@ -326,20 +323,7 @@ fn filling_up(input: &Input<'_>, r: &Rules, g: &GpuSample, h: &GpuHistory) -> Op
     if !open && drivers.is_empty() && !unattributed_grows {
         return None;
     }
-    let mut why: Vec<String> = drivers
-        .iter()
-        .take(3)
-        .map(|c| {
-            format!(
-                "{} +{}",
-                who(c),
-                fmt_growth(c.growth_bytes_per_s.unwrap_or(0.0))
-            )
-        })
-        .collect();
-    if unattributed_grows {
-        why.push("memory no visible process accounts for".to_string());
-    }
+    let why = why_filling(&drivers, unattributed_grows);
     let used_fraction = match (latest.used, latest.total) {
         (Some(u), Some(t)) if t > 0 => u as f64 / t as f64,
         _ => 0.0,
@@ -383,7 +367,89 @@ fn filling_up(input: &Input<'_>, r: &Rules, g: &GpuSample, h: &GpuHistory) -> Op
     f.bytes = Some(headroom as u64);
     f.unattributed_bytes = g.unattributed_bytes();
     f.culprits = drivers;
+    f.culprits_at = judged_at;
+    if !open {
+        // The condition started with the window that ramps, not at the sample that opened it:
+        // a partial free that leaves the GPU above that still holds it.
+        f.since = growth.since;
+    }
     Some(f)
+}
+
+/// The message's list of what drives a filling GPU: its three fastest drivers, and memory no
+/// process accounts for where that ramps.
+fn why_filling(drivers: &[Culprit], unattributed_grows: bool) -> Vec<String> {
+    let mut why: Vec<String> = drivers
+        .iter()
+        .take(3)
+        .map(|c| {
+            format!(
+                "{} +{}",
+                who(c),
+                fmt_growth(c.growth_bytes_per_s.unwrap_or(0.0))
+            )
+        })
+        .collect();
+    if unattributed_grows {
+        why.push("memory no visible process accounts for".to_string());
+    }
+    why
+}
+
+/// Whether an open filling-up holds over a drop that re-anchored the window: the drop left the
+/// GPU above where the window that opened it began, and the processes that drove it are all
+/// still there (a partial free in a trend that goes on, as an allocator's periodic release).
+/// It then holds at the rate it had until the new window can be judged. A leaker that dies is
+/// gone and took what it held with it.
+fn held_over_free(f: &Finding, g: &GpuSample, h: &GpuHistory, used: Option<u64>) -> bool {
+    !f.culprits.is_empty()
+        && f.culprits
+            .iter()
+            .all(|c| g.processes.iter().any(|p| p.pid == c.pid))
+        && h.used_series()
+            .find(|p| p.0 >= f.since)
+            .is_some_and(|(_, at_open)| used.is_some_and(|u| u > at_open))
+}
+
+/// Who drives a filling GPU, and when that was judged: the processes whose own memory ramps
+/// ([`drivers`]). Held over a partial free (`held`), the drivers it had: the one that freed
+/// re-anchored its own window too, and whoever else creeps would be named alone. Open and
+/// judged less than [`growth::REFINE_EVERY`] ago, the drivers it had that are still on the
+/// GPU, with their memory now: judging every process of a filling GPU on every frame was most
+/// of the dashboard's CPU, and their rates are refined that often anyway.
+fn judged_drivers(
+    input: &Input<'_>,
+    r: &Rules,
+    g: &GpuSample,
+    prev: Option<&Finding>,
+    held: Option<&Finding>,
+    now: f64,
+) -> (Vec<Culprit>, Option<f64>) {
+    if let Some(f) = held {
+        return (f.culprits.clone(), f.culprits_at);
+    }
+    let recent = prev
+        .filter(|f| {
+            f.culprits_at
+                .is_some_and(|at| (0.0..growth::REFINE_EVERY).contains(&(now - at)))
+        })
+        .map(|f| (still_there(&f.culprits, g), f.culprits_at))
+        .filter(|(c, _)| !c.is_empty());
+    recent.unwrap_or_else(|| (drivers(input, r, g), Some(now)))
+}
+
+/// The culprits still on the GPU, with their memory now.
+fn still_there(culprits: &[Culprit], g: &GpuSample) -> Vec<Culprit> {
+    culprits
+        .iter()
+        .filter_map(|c| {
+            let p = g.processes.iter().find(|p| p.pid == c.pid)?;
+            Some(Culprit {
+                used_bytes: p.used_bytes,
+                ..c.clone()
+            })
+        })
+        .collect()
 }
 
 /// The processes whose own memory ramps, fastest first: those that together make

@@ -64,6 +64,10 @@ pub struct Growth {
     pub since: f64,
     /// The newest point.
     pub at: f64,
+    /// `Some` when the rate is a trend that goes on through partial frees ([`through_frees`]):
+    /// how many bytes above the newest value the line of its peaks stands now. Such a GPU is
+    /// full when a peak reaches capacity, so its time to full is measured from there.
+    pub peaks_ahead: Option<f64>,
 }
 
 /// The growth of a GPU's used memory, by the rules' window and minimum rate. `None` without
@@ -75,13 +79,61 @@ pub fn gpu_growth(h: &GpuHistory, rules: &Rules) -> Option<Growth> {
         .rev()
         .find_map(super::GpuPoint::headroom)
         .map(|b| b as f64);
-    lazy_growth(
-        |from| window_points(h.used_series().map(|(t, u)| (t, u as f64)), from),
-        at,
-        headroom,
-        &gpu_test(rules),
-        None,
-    )
+    let points_from = |from| window_points(h.used_series().map(|(t, u)| (t, u as f64)), from);
+    let test = gpu_test(rules);
+    let growth = lazy_growth(points_from, at, headroom, &test, None)?;
+    let extended = points_from(at - extended(test.window).as_secs_f64());
+    Some(match through_frees(&extended, test.noise) {
+        Some((rate, ahead)) if rate >= test.min_rate / 2.0 => Growth {
+            rate,
+            time_to_full: headroom.map(|h| (h - ahead).max(0.0) / rate),
+            peaks_ahead: Some(ahead),
+            ..growth
+        },
+        _ => growth,
+    })
+}
+
+/// A trend that goes on through partial frees, as an allocator that hands part of what it took
+/// back now and then (`torch.cuda.empty_cache()` in a training loop): at least two drops that
+/// re-anchor the window, each leaving memory higher than the drop before it left it (a leaker
+/// that dies leaves it lower: no trend), with the peaks before them rising. The window's own
+/// rate after each drop is one tooth's, steeper than the trend. Returns the Theil–Sen rate of
+/// the peaks and how far the line of the peaks stands above the newest value now.
+fn through_frees(points: &[(f64, f64)], noise: f64) -> Option<(f64, f64)> {
+    let (&first, &(at, latest)) = (points.first()?, points.last()?);
+    let mut peaks: Vec<(f64, f64)> = Vec::new();
+    let mut troughs: Vec<f64> = Vec::new();
+    let (mut low, mut high, mut peak) = (first.1, first.1, first);
+    for w in points.windows(2) {
+        let (prev, (t, v)) = (w[0].1, w[1]);
+        // The drop that re-anchors the window ([`reanchor`]'s rule).
+        if prev - v >= DROP_MIN.max(0.5 * (high - low)) {
+            peaks.push(peak);
+            troughs.push(v);
+            (low, high, peak) = (v, v, (t, v));
+        } else {
+            (low, high) = (low.min(v), high.max(v));
+            if v > peak.1 {
+                peak = (t, v);
+            }
+        }
+    }
+    let rising = |v: &[f64]| v.windows(2).all(|w| w[1] - w[0] > noise);
+    let peak_values: Vec<f64> = peaks.iter().map(|p| p.1).collect();
+    if peaks.len() < 2
+        || !rising(&troughs)
+        || !rising(&peak_values)
+        || troughs.last().is_some_and(|&t| latest < t)
+    {
+        return None;
+    }
+    let rate = slope_bytes_per_s(&peaks)?;
+    // The line of the peaks now: the median of each peak carried forward at the rate.
+    let mut now: Vec<f64> = peaks.iter().map(|&(t, v)| v + rate * (at - t)).collect();
+    now.sort_by(f64::total_cmp);
+    let level = now[now.len() / 2];
+    Some((rate, (level - latest).max(0.0)))
 }
 
 /// The growth of one process's GPU memory (no time to full: a process has no headroom of its
@@ -250,6 +302,7 @@ pub fn series_growth(
             time_to_full: None,
             since,
             at,
+            peaks_ahead: None,
         });
     }
     // One point after a drop: no rate yet (and no ramp).
@@ -272,6 +325,7 @@ pub fn series_growth(
         time_to_full: ttf(ramping, rate, headroom),
         since,
         at,
+        peaks_ahead: None,
     })
 }
 
@@ -301,32 +355,67 @@ fn rate_of(points: &[(f64, f64)]) -> Option<f64> {
     slope_bytes_per_s(&destep(points))
 }
 
-/// `points` with the one increment of at least 1 GiB that carries more than half of the rise
-/// (a step: an intruder's allocation on top of a ramp; noise on a slow ramp is not one) taken
-/// out: the points after it are lowered by it,
-/// less one typical increment (the ramp went on while it happened).
+/// `points` with one level shift taken out, the points after it moved back by it, less one
+/// typical increment (the ramp went on while it happened):
+/// - a step: the one increment of at least 1 GiB that carries more than half of the rise (an
+///   intruder's allocation on top of a ramp; noise on a slow ramp is not one);
+/// - else a free too small to re-anchor the window: the one fall of more than [`FREE_TIMES`]
+///   × the largest rise between points (a small process that leaves while the GPU fills),
+///   which would bend every slope that spans it.
 fn destep(points: &[(f64, f64)]) -> std::borrow::Cow<'_, [(f64, f64)]> {
     let (Some(first), Some(last)) = (points.first(), points.last()) else {
         return points.into();
     };
-    let rise = last.1 - first.1;
-    let top = points
-        .windows(2)
-        .enumerate()
-        .map(|(i, w)| (i + 1, w[1].1 - w[0].1))
-        .max_by(|a, b| a.1.total_cmp(&b.1));
-    match top {
-        Some((i, step)) if step >= DROP_MIN && step > 0.5 * rise && points.len() >= 4 => {
-            let typical = (rise - step) / (points.len() - 2) as f64;
-            points
-                .iter()
-                .enumerate()
-                .map(|(j, &(t, v))| (t, if j >= i { v - step + typical } else { v }))
-                .collect::<Vec<_>>()
-                .into()
-        }
-        _ => points.into(),
+    if points.len() < 4 {
+        return points.into();
     }
+    let rise = last.1 - first.1;
+    let incs = || {
+        points
+            .windows(2)
+            .enumerate()
+            .map(|(i, w)| (i + 1, w[1].1 - w[0].1))
+    };
+    let (Some(top), Some(bottom)) = (
+        incs().max_by(|a, b| a.1.total_cmp(&b.1)),
+        incs().min_by(|a, b| a.1.total_cmp(&b.1)),
+    ) else {
+        return points.into();
+    };
+    let (i, shift) = if top.1 >= DROP_MIN && top.1 > 0.5 * rise {
+        top
+    } else if is_free(top.1, bottom.1) {
+        bottom
+    } else {
+        return points.into();
+    };
+    let typical = (rise - shift) / (points.len() - 2) as f64;
+    points
+        .iter()
+        .enumerate()
+        .map(|(j, &(t, v))| (t, if j >= i { v - shift + typical } else { v }))
+        .collect::<Vec<_>>()
+        .into()
+}
+
+/// How many times the largest rise between points a fall must be for [`destep`] to take it
+/// out: noise falls as much as it rises, an allocator's free or a process that leaves does not.
+const FREE_TIMES: f64 = 4.0;
+
+/// Whether the largest fall between points, `bottom`, is a free beside the largest rise, `top`.
+fn is_free(top: f64, bottom: f64) -> bool {
+    top > 0.0 && -bottom > FREE_TIMES * top
+}
+
+/// Whether `points` hold a free ([`is_free`]): the rate before it is not the rate after.
+fn has_free(points: &[(f64, f64)]) -> bool {
+    let (top, bottom) = points
+        .windows(2)
+        .map(|w| w[1].1 - w[0].1)
+        .fold((f64::NEG_INFINITY, f64::INFINITY), |(t, b), d| {
+            (t.max(d), b.min(d))
+        });
+    points.len() >= 4 && is_free(top, bottom)
 }
 
 /// Increments of `points` over at least [`BUCKET_S`]: the last value of each bucket minus the
@@ -499,7 +588,7 @@ fn refine(points: &[(f64, f64)], window: f64) -> Option<f64> {
         ) else {
             break;
         };
-        if !(a > 0.0 && b > 0.0 && close(a, b)) || has_step(span) {
+        if !(a > 0.0 && b > 0.0 && close(a, b)) || has_step(span) || has_free(span) {
             break;
         }
         match slope_on_picked(span, REFINE_POINTS) {
@@ -630,6 +719,87 @@ mod tests {
         let steady = at(1.0, 60.0, |t| 6.0 * GIB + t * GIB);
         assert!(!has_step(&steady));
         assert!(has_step(&at(1.0, 40.0, series)));
+    }
+
+    /// A sawtooth: 4 GiB over 16 s from `start`, 2 GiB freed at the end of each 20 s tooth.
+    fn sawtooth(t: f64, start: f64) -> f64 {
+        if t < start {
+            return 20.0 * GIB;
+        }
+        let k = ((t - start) / 20.0).floor();
+        let into = (t - start) - k * 20.0;
+        20.0 * GIB + k * 2.0 * GIB + 4.0 * GIB * (into.min(16.0) / 16.0)
+    }
+
+    #[test]
+    fn a_trend_through_partial_frees_is_the_line_of_its_peaks() {
+        for hz in [1.0, 4.0] {
+            let pts = at(hz, 200.0, |t| sawtooth(t, 20.0));
+            // Two frees seen (at 36 and 56): the peaks rise 2 GiB per 20 s.
+            let end = pts.partition_point(|p| p.0 <= 60.0);
+            let (rate, ahead) = through_frees(&pts[..end], GPU_NOISE).expect("a trend");
+            assert!(
+                (rate - 0.1 * GIB).abs() < 1e-6 * GIB,
+                "{hz} Hz: {}",
+                rate / GIB
+            );
+            // At 60 s the line of the peaks stands at 26 GiB + 0.4 GiB; the tooth is at 24.
+            assert!(
+                (ahead - 2.4 * GIB).abs() < 0.01 * GIB,
+                "{hz} Hz: {} GiB",
+                ahead / GIB
+            );
+            // One free seen: no trend yet (a tooth and a free are not a line).
+            let end = pts.partition_point(|p| p.0 <= 50.0);
+            assert_eq!(through_frees(&pts[..end], GPU_NOISE), None, "{hz} Hz");
+        }
+    }
+
+    #[test]
+    fn a_free_too_small_to_reanchor_does_not_bend_the_rate() {
+        // 120 MiB/s, and a 1000 MiB process leaves at 50 s (less than the 1 GiB that
+        // re-anchors); the GPU then fills at 100 MiB/s. Every slope across the fall was bent:
+        // the rate fell to a third and the finding resolved for 7 s.
+        let mib = |t: f64| {
+            MIB * if t < 50.0 {
+                4000.0 + 120.0 * t
+            } else {
+                3000.0 + 20.0 * 50.0 + 100.0 * t
+            }
+        };
+        for hz in [1.0, 4.0] {
+            let pts = at(hz, 60.0, mib);
+            for end in (52.0 * hz) as usize..pts.len() {
+                let g = series_growth(&pts[..end], Some(60.0 * GIB), &rules()).expect("growth");
+                let t = pts[end - 1].0;
+                assert!(g.ramping, "{hz} Hz at {t}");
+                assert!(
+                    (95.0..=125.0).contains(&(g.rate / MIB)),
+                    "{hz} Hz at {t}: {} MiB/s",
+                    g.rate / MIB
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn frees_that_do_not_leave_more_each_time_are_no_trend() {
+        for hz in [1.0, 4.0] {
+            // The sawtooth, then the leaker dies at 150 s: the last free leaves less.
+            let died = at(hz, 170.0, |t| {
+                if t < 150.0 {
+                    sawtooth(t, 20.0)
+                } else {
+                    20.0 * GIB
+                }
+            });
+            assert_eq!(through_frees(&died, GPU_NOISE), None, "{hz} Hz");
+            // Eval buffers: 6 GiB taken for 5 s every 20 s, all freed; the peaks stay level.
+            let eval = at(hz, 120.0, |t| {
+                GIB * if (t % 20.0) < 5.0 { 26.0 } else { 20.0 }
+            });
+            assert_eq!(through_frees(&eval, GPU_NOISE), None, "{hz} Hz");
+        }
     }
 
     #[test]

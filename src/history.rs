@@ -474,6 +474,9 @@ pub struct ProcHistory {
     /// The last rate refined over a longer window ([`growth::process_growth`]), reused for a
     /// few seconds of samples.
     refined: std::cell::Cell<Option<growth::Refined>>,
+    /// When the leak rule last judged this process (sample time): it judges one that has no
+    /// open finding every few seconds, not on every frame.
+    leak_judged: std::cell::Cell<Option<f64>>,
 }
 
 impl ProcHistory {
@@ -486,7 +489,13 @@ impl ProcHistory {
             peak_used: None,
             idle_since: None,
             refined: std::cell::Cell::new(None),
+            leak_judged: std::cell::Cell::new(None),
         }
+    }
+
+    /// See the field.
+    pub(crate) fn leak_judged(&self) -> &std::cell::Cell<Option<f64>> {
+        &self.leak_judged
     }
 
     /// See the field.

@@ -387,9 +387,11 @@ fn refresh(
 }
 
 /// With a focus set (the dashboard's rows on screen), the other PIDs are refreshed on every
-/// this many host cycles (5 s at the dashboard's 1 s): reading `/proc/PID/stat` of 400
-/// processes every second was most of the dashboard's CPU, for rows nobody sees.
-pub const BACKGROUND_EVERY: u64 = 5;
+/// this many host cycles (30 s at the dashboard's 1 s): reading `/proc/PID/stat` of 400
+/// processes every second was most of the dashboard's CPU, for rows nobody sees. What they are
+/// (user, command, container) is read when they are first seen; a row scrolled into view is
+/// refreshed at the next cycle, and sorting by CPU or RSS drops the focus.
+pub const BACKGROUND_EVERY: u64 = 30;
 
 /// Takes one fast sample and completes it: host facts and the latest slow readings.
 ///
@@ -517,7 +519,11 @@ mod tests {
             seen.0 += usize::from(got.contains_key(&pa));
             seen.1 += usize::from(got.contains_key(&pb));
         }
-        assert_eq!(seen, (5, 1), "(focused, other) refreshes over 5 cycles");
+        assert_eq!(
+            seen,
+            (BACKGROUND_EVERY as usize, 1),
+            "(focused, other) refreshes over {BACKGROUND_EVERY} cycles"
+        );
         assert_eq!(info.loaded_pids().len(), 2);
         let all = refresh(&mut info, &pids, None, 7);
         assert_eq!(all.len(), 2, "no focus: every PID");

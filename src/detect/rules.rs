@@ -65,7 +65,9 @@ pub fn evaluate(input: &Input<'_>, rules: &Rules) -> Vec<Finding> {
                 continue;
             };
             let open = open_leaks.contains(&p.pid);
-            out.extend(leak_suspected(input, rules, g, p, ph, open));
+            if open || leak_due(ph) {
+                out.extend(leak_suspected(input, rules, g, p, ph, open));
+            }
             out.extend(idle_holder(input, rules, g, p, ph));
         }
     }
@@ -704,6 +706,26 @@ fn baseline_time(prev: Option<&Finding>, window_start: f64) -> f64 {
     prev.map_or(window_start, |f| f.since.min(window_start))
 }
 
+/// How often (sample time) the leak rule judges a process that has no open finding: its window
+/// is 5 minutes, and judging 400 processes on every frame was a third of the dashboard's CPU.
+/// An open finding is judged on every frame (a finding not found again resolves).
+pub const LEAK_EVERY: f64 = 5.0;
+
+/// Whether the leak rule judges this process now (and if so, remembers when).
+fn leak_due(ph: &ProcHistory) -> bool {
+    let Some(now) = ph.latest().map(|p| p.t) else {
+        return false;
+    };
+    let due = ph
+        .leak_judged()
+        .get()
+        .is_none_or(|at| !(0.0..LEAK_EVERY).contains(&(now - at)));
+    if due {
+        ph.leak_judged().set(Some(now));
+    }
+    due
+}
+
 /// `open`: whether this process's leak finding is open.
 fn leak_suspected(
     input: &Input<'_>,
@@ -818,6 +840,32 @@ mod tests {
 
     fn line(n: usize, slope: f64) -> Vec<(f64, f64)> {
         (0..n).map(|i| (i as f64, 1e9 + slope * i as f64)).collect()
+    }
+
+    #[test]
+    fn the_leak_rule_judges_a_process_every_few_seconds_and_an_open_leak_on_every_frame() {
+        // 0.25 s samples (as `run` takes them): a process is judged at its first sample, then
+        // once LEAK_EVERY seconds of samples later, whatever the interval.
+        let text = "[[gpu]]\nmemory_total = \"80GiB\"\n[[gpu.process]]\npid = 7\nused = \"1GiB\"\n";
+        let src = crate::source::scripted::ScriptedSource::new(
+            scenario::Scenario::parse(text).expect("valid"),
+            "t",
+        );
+        let mut history = History::new(Duration::from_mins(10));
+        let mut judged = Vec::new();
+        for i in 0..=48u32 {
+            let t = f64::from(i) / 4.0;
+            let sample = src.sample_at(t, 1_800_000_000.0 + t);
+            history.push(&sample);
+            let g = &sample.gpus[0];
+            let (_, ph) = history.process_for(&g.uuid, &g.processes[0]).expect("seen");
+            if leak_due(ph) {
+                judged.push(t);
+            }
+        }
+        assert_eq!(judged, vec![0.0, LEAK_EVERY, 2.0 * LEAK_EVERY]);
+        // A finding that is open is judged on every frame (see `evaluate`): not found again,
+        // it would resolve.
     }
 
     #[test]

@@ -350,3 +350,74 @@ fn remote_daemon_disconnected() {
     assert!(text.contains("retrying in 4s"), "{text}");
     insta::assert_snapshot!(text);
 }
+
+/// The GPU panels' facts are ranked (memory split, time to full, temperature, power, clocks,
+/// PCIe): what does not fit is dropped whole from the least important up, never cut, at the
+/// common sizes; the time to full is on screen wherever the analysis has one.
+#[test]
+fn no_gpu_fact_is_cut_at_the_common_sizes() {
+    for (w, h) in [(80, 24), (120, 40), (160, 48), (200, 60), (240, 60)] {
+        let (mut st, last) = fed(&demo(), "alice", DEMO_START, 30);
+        let text = screen(&mut st, w, h, fresh(last));
+        let panels: Vec<&str> = text
+            .lines()
+            .skip(1)
+            .take_while(|l| !l.trim_start().starts_with("GPU     PID"))
+            .collect();
+        assert!(!panels.is_empty(), "{w}x{h}: no panels\n{text}");
+        for l in &panels {
+            assert!(
+                !l.contains('…'),
+                "{w}x{h}: a GPU fact is cut: {l:?}\n{text}"
+            );
+        }
+        if h >= 40 {
+            assert!(
+                panels.iter().any(|l| l.contains("full in ")),
+                "{w}x{h}: the demo's growing GPU shows its time to full\n{text}"
+            );
+        }
+    }
+}
+
+/// More findings than the panel's share of the screen: it says how many it shows of how many.
+#[test]
+fn a_cut_findings_panel_says_how_many_it_shows() {
+    let mut text = String::from("hostname = \"full\"\n");
+    for g in 0..10 {
+        let _ = write!(
+            text,
+            "[[gpu]]\nmemory_total = \"80GiB\"\nmemory_reserved = \"0\"\n[[gpu.process]]\npid = {}\nused = \"79GiB\"\nsm = 50\nhost = {{ user = \"u\", command = \"python full{g}.py\" }}\n",
+            2000 + g
+        );
+    }
+    let src = ScriptedSource::new(Scenario::parse(&text).expect("valid"), "full");
+    let (mut st, last) = fed(&src, "u", 120.0, 121);
+    let screen = screen(&mut st, 120, 40, fresh(last));
+    let lines: Vec<&str> = screen.lines().collect();
+    let findings: Vec<&&str> = lines.iter().filter(|l| l.contains("! ")).collect();
+    assert_eq!(findings.len(), 8, "a fifth of 40 lines\n{screen}");
+    assert!(
+        findings[7].starts_with("(8 of 10 shown) ! "),
+        "{:?}\n{screen}",
+        findings[7]
+    );
+}
+
+/// Every GPU's bar has the same width, whatever its memory text (`22.0GiB/…` or `135.0GiB/…`).
+#[test]
+fn the_gpu_bars_of_a_screen_have_one_width() {
+    for (w, h) in [(80, 24), (120, 40), (160, 48)] {
+        let (mut st, last) = fed(&demo(), "alice", DEMO_START, 30);
+        let text = screen(&mut st, w, h, fresh(last));
+        let widths: std::collections::BTreeSet<usize> = text
+            .lines()
+            .flat_map(|l| l.split("GPU ").skip(1))
+            .filter_map(|p| {
+                let (a, b) = (p.find('▕')?, p.find('▏')?);
+                Some(p[a..b].chars().count())
+            })
+            .collect();
+        assert_eq!(widths.len(), 1, "{w}x{h}: bar widths {widths:?}\n{text}");
+    }
+}

@@ -135,6 +135,16 @@ fn filter_gpu_choice_and_back() {
     assert_eq!(pids(&st), vec![3011], "case-insensitive over the user");
     st.update(Command::FilterCancel);
     assert_eq!(pids(&st).len(), 6);
+    // Ctrl-U erases what was typed and editing goes on.
+    st.update(Command::FilterStart);
+    for c in "carol".chars() {
+        st.update(Command::FilterInput(c));
+    }
+    st.update(Command::FilterErase);
+    assert!(st.filter.is_empty() && st.filter_editing);
+    assert_eq!(pids(&st).len(), 6);
+    st.update(Command::FilterInput('c'));
+    assert_eq!(st.filter, "c");
 }
 
 #[test]

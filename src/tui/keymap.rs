@@ -278,6 +278,8 @@ pub fn lookup(key: KeyEvent, mode: Mode) -> Option<Command> {
         // Typing: every printable key is text.
         return match key.code {
             KeyCode::Char('c') if ctrl => Some(Command::Quit),
+            // As in a shell's line editor: the whole text goes, editing goes on.
+            KeyCode::Char('u') if ctrl => Some(Command::FilterErase),
             KeyCode::Char(c) if !ctrl => Some(Command::FilterInput(c)),
             KeyCode::Backspace => Some(Command::FilterBackspace),
             KeyCode::Enter => Some(Command::FilterAccept),
@@ -349,6 +351,13 @@ mod tests {
         assert_eq!(
             lookup(key(KeyCode::Char('+')), Mode::Chart),
             Some(Command::ZoomIn)
+        );
+        assert_eq!(
+            lookup(
+                KeyEvent::new(KeyCode::Char('u'), KeyModifiers::CONTROL),
+                Mode::Filter
+            ),
+            Some(Command::FilterErase)
         );
     }
 }

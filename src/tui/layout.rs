@@ -43,6 +43,11 @@ fn lines(n: usize) -> u16 {
     u16::try_from(n).unwrap_or(u16::MAX)
 }
 
+/// The most lines the findings panel takes: a fifth of the screen, at least 3.
+pub fn findings_cap(full: Rect) -> u16 {
+    (full.height / 5).max(3)
+}
+
 /// Chooses the GPU grid for the space there is.
 pub fn gpu_grid(full: Rect, gpus: usize) -> GpuGrid {
     let n = lines(gpus).max(1);
@@ -64,7 +69,8 @@ pub fn compute(full: Rect, shown: Shown) -> Layout {
     let gpu_height = lines(shown.gpus)
         .div_ceil(grid.columns)
         .saturating_mul(grid.lines);
-    let findings = lines(shown.findings).clamp(1, 3);
+    // The findings take the lines they need, up to a fifth of the screen (at least 3).
+    let findings = lines(shown.findings).clamp(1, findings_cap(full));
     let bottom = full.y.saturating_add(full.height);
     let mut y = full.y;
     let take = |y: &mut u16, h: u16| {
@@ -131,9 +137,13 @@ mod tests {
         assert_eq!((l.footer.y, l.footer.height), (39, 1));
         // Below the table's header line, above one unattributed row.
         assert_eq!((l.table_rows.y, l.table_rows.height), (8, 29));
-        let more = compute(full, shown(2, 9, 3));
-        assert_eq!(more.findings.height, 3, "at most three lines");
-        assert_eq!(more.table_rows.height, 40 - 7 - 4 - 1 - 3);
+        let more = compute(full, shown(2, 6, 3));
+        assert_eq!(more.findings.height, 6, "as many lines as findings");
+        assert_eq!(more.table_rows.height, 40 - 7 - 7 - 1 - 3);
+        let many = compute(full, shown(2, 30, 3));
+        assert_eq!(many.findings.height, 8, "at most a fifth of the screen");
+        let small = compute(Rect::new(0, 0, 80, 12), shown(1, 30, 0));
+        assert_eq!(small.findings.height, 3, "at least three lines when needed");
     }
 
     #[test]

@@ -85,6 +85,8 @@ pub enum Command {
     FilterStart,
     FilterInput(char),
     FilterBackspace,
+    /// Erase the filter's text and keep typing (Ctrl-U).
+    FilterErase,
     FilterAccept,
     FilterCancel,
     CycleGpu,
@@ -645,6 +647,7 @@ impl UiState {
             | Command::FilterStart
             | Command::FilterInput(_)
             | Command::FilterBackspace
+            | Command::FilterErase
             | Command::FilterAccept
             | Command::FilterCancel
             | Command::CycleGpu => {
@@ -712,6 +715,10 @@ impl UiState {
             }
             Command::FilterBackspace => {
                 self.filter.pop();
+                self.rebuild_rows();
+            }
+            Command::FilterErase => {
+                self.filter.clear();
                 self.rebuild_rows();
             }
             Command::FilterAccept => self.filter_editing = false,

@@ -135,6 +135,12 @@ fn memory_text(g: &GpuSample) -> String {
     )
 }
 
+/// The room the memory text is given beside the bar: the same for every GPU up to
+/// `999.9GiB/999.9GiB 100%`, so that the bars of a screen have one width.
+fn mem_room(mem: &str) -> usize {
+    mem.chars().count().max(23)
+}
+
 fn lost_line(g: &GpuSample, t: Theme) -> Line<'static> {
     Line::from(vec![
         Span::styled(title(g), t.title()),
@@ -178,7 +184,7 @@ fn panel(state: &UiState, ctx: &Context, g: &GpuSample, width: usize) -> Vec<Lin
     let head = title(g);
     let mem = memory_text(g);
     let bar_width = width
-        .saturating_sub(head.chars().count() + mem.chars().count() + 6)
+        .saturating_sub(head.chars().count() + mem_room(&mem) + 6)
         .min(60);
     let mut line1 = vec![Span::styled(head, t.title()), Span::raw(" ▕")];
     if let Some(s) = split(state, g) {
@@ -206,56 +212,81 @@ fn panel(state: &UiState, ctx: &Context, g: &GpuSample, width: usize) -> Vec<Lin
         Span::raw(format!(" {:>4}", pct(g.util_mem))),
     ]);
 
-    let mut line3 = vec![
-        Span::raw("  "),
-        temp_span(g, t),
-        Span::raw(format!("  {}", power_text(g))),
-    ];
-    if let Some(c) = g.sm_clock_mhz {
-        line3.push(Span::raw(format!("  {c}MHz")));
-    }
-    if let (Some(rx), Some(tx)) = (g.slow.pcie_rx_bytes_per_s, g.slow.pcie_tx_bytes_per_s) {
-        line3.push(Span::raw(format!(
-            "  PCIe ↓{} ↑{}",
-            fmt_rate(rx),
-            fmt_rate(tx)
-        )));
-    }
+    let line3 = ranked_facts(&facts(state, g, t), width);
+    let clip = |line: Vec<Span<'static>>| Line::from(clip_line(line, width));
+    vec![clip(line1), clip(line2.spans), Line::from(line3)]
+}
+
+/// The facts of a panel's third line, most important first: the memory split (mine, external
+/// and its unattributed part), the time to full, temperature against its slowdown threshold,
+/// power, clocks, PCIe last. Each is a few spans that are shown whole or not at all.
+fn facts(state: &UiState, g: &GpuSample, t: Theme) -> Vec<Vec<Span<'static>>> {
+    let mut facts = Vec::new();
     if let Some(s) = split(state, g) {
         let known = |v: Option<u64>| v.map_or_else(|| "n/a".to_string(), fmt_bytes);
-        line3.push(Span::raw("  "));
-        line3.push(Span::styled(format!("mine {}", known(s.mine)), t.mine()));
         // External is everything not mine, unattributed memory included (as in the snapshot,
         // the JSON and /metrics); the unattributed part is named after it.
-        line3.push(Span::styled(
-            format!(" ext {}", known(s.external)),
-            t.external(),
-        ));
+        let mut split = vec![
+            Span::styled(format!("mine {}", known(s.mine)), t.mine()),
+            Span::styled(format!(" ext {}", known(s.external)), t.external()),
+        ];
         match s.unattributed {
-            None => line3.push(Span::styled(" (unattr n/a)", t.dim())),
-            Some(u) if u >= 1 << 20 => line3.push(Span::styled(
+            None => split.push(Span::styled(" (unattr n/a)", t.dim())),
+            Some(u) if u >= 1 << 20 => split.push(Span::styled(
                 format!(" (unattr {})", fmt_bytes(u)),
                 t.unattributed(),
             )),
             Some(_) => {}
         }
+        facts.push(split);
     }
-    // The detector's time to full (shown only while the growth is a ramp).
-    if let Some(ttf) = state
-        .analysis
-        .as_ref()
-        .and_then(|a| a.gpu(&g.uuid)?.time_to_full_s)
-    {
-        line3.push(Span::styled(
-            format!("  full in {}", crate::output::fmt_eta(ttf)),
-            t.bad(),
-        ));
+    facts.extend(full_in(state, g, t));
+    facts.push(vec![temp_span(g, t)]);
+    facts.push(vec![Span::raw(power_text(g))]);
+    if let Some(c) = g.sm_clock_mhz {
+        facts.push(vec![Span::raw(format!("{c}MHz"))]);
     }
-    let clip = |line: Vec<Span<'static>>| Line::from(clip_line(line, width));
-    vec![clip(line1), clip(line2.spans), clip(line3)]
+    if let (Some(rx), Some(tx)) = (g.slow.pcie_rx_bytes_per_s, g.slow.pcie_tx_bytes_per_s) {
+        facts.push(vec![Span::raw(format!(
+            "PCIe ↓{} ↑{}",
+            fmt_rate(rx),
+            fmt_rate(tx)
+        ))]);
+    }
+    facts
 }
 
-/// One line: title, bar, memory, util, temperature, power.
+/// The detector's time to full, as a fact (only while the growth is a ramp).
+fn full_in(state: &UiState, g: &GpuSample, t: Theme) -> Option<Vec<Span<'static>>> {
+    let ttf = state.analysis.as_ref()?.gpu(&g.uuid)?.time_to_full_s?;
+    Some(vec![Span::styled(
+        format!("full in {}", crate::output::fmt_eta(ttf)),
+        t.bad(),
+    )])
+}
+
+/// As many of `facts` (most important first) as fit in `width`, each whole, two spaces before
+/// each: what does not fit is dropped from the least important up, never cut.
+fn ranked_facts(facts: &[Vec<Span<'static>>], width: usize) -> Vec<Span<'static>> {
+    let mut out = Vec::new();
+    let mut used = 0;
+    for fact in facts {
+        let n = 2 + fact
+            .iter()
+            .map(|s| s.content.chars().count())
+            .sum::<usize>();
+        if used + n > width {
+            break;
+        }
+        used += n;
+        out.push(Span::raw("  "));
+        out.extend(fact.iter().cloned());
+    }
+    out
+}
+
+/// One line: title, bar, memory, then as many of the time to full, util, temperature and
+/// power as fit, each whole.
 fn compact(state: &UiState, ctx: &Context, g: &GpuSample, width: usize) -> Line<'static> {
     let t = ctx.theme;
     if g.lost {
@@ -266,9 +297,8 @@ fn compact(state: &UiState, ctx: &Context, g: &GpuSample, width: usize) -> Line<
     let util = g
         .util_gpu
         .map_or_else(|| "n/a".to_string(), |v| format!("{v:.0}%"));
-    let tail = format!(" util {util} ");
     let bar_width = width
-        .saturating_sub(head.chars().count() + mem.chars().count() + tail.chars().count() + 16)
+        .saturating_sub(head.chars().count() + mem_room(&mem) + 30)
         .clamp(4, 40);
     let mut spans = vec![Span::styled(head, t.title()), Span::raw(" ▕")];
     if let Some(s) = split(state, g) {
@@ -276,9 +306,13 @@ fn compact(state: &UiState, ctx: &Context, g: &GpuSample, width: usize) -> Line<
     }
     spans.push(Span::raw("▏ "));
     spans.push(Span::styled(mem, used_style(g, t)));
-    spans.push(Span::raw(tail));
-    spans.push(temp_span(g, t));
-    spans.push(Span::raw(format!(" {}", power_text(g))));
+    let mut facts = Vec::new();
+    facts.extend(full_in(state, g, t));
+    facts.push(vec![Span::raw(format!("util {util}"))]);
+    facts.push(vec![temp_span(g, t)]);
+    facts.push(vec![Span::raw(power_text(g))]);
+    let used: usize = spans.iter().map(|s| s.content.chars().count()).sum();
+    spans.extend(ranked_facts(&facts, width.saturating_sub(used)));
     Line::from(clip_line(spans, width))
 }
 
@@ -312,6 +346,31 @@ mod tests {
         assert_eq!(fmt_growth(Some(0.0)), "0");
         assert_eq!(fmt_growth(Some(1024.0 * 1024.0)), "+60");
         assert_eq!(fmt_growth(Some(-2.0 * 1024.0 * 1024.0 / 60.0)), "-2");
+    }
+
+    #[test]
+    fn facts_that_do_not_fit_are_dropped_whole_from_the_least_important_up() {
+        let fact = |s: &str| vec![Span::raw(s.to_string())];
+        let facts = [
+            fact("mine 9GiB"),
+            fact("full in 3 min"),
+            fact("a long sensor text"),
+            fact("1W"),
+        ];
+        let text = |w: usize| -> String {
+            ranked_facts(&facts, w)
+                .iter()
+                .map(|s| s.content.to_string())
+                .collect()
+        };
+        assert_eq!(
+            text(80),
+            "  mine 9GiB  full in 3 min  a long sensor text  1W"
+        );
+        // The third does not fit: it and everything below it go, although "1W" would fit.
+        assert_eq!(text(30), "  mine 9GiB  full in 3 min");
+        assert_eq!(text(12), "  mine 9GiB");
+        assert_eq!(text(5), "");
     }
 
     #[test]

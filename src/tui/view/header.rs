@@ -1,7 +1,5 @@
 //! The header line, the findings panel and the footer.
 
-use std::fmt::Write as _;
-
 use ratatui::Frame;
 use ratatui::layout::Rect;
 use ratatui::text::{Line, Span};
@@ -90,7 +88,12 @@ pub fn render_findings(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Con
             .map(|(i, s)| {
                 let mut text = format!("! {s}");
                 if more > 0 && i + 1 == usize::from(area.height) {
-                    let _ = write!(text, "  (+{more} more)");
+                    // Said first, so that a long finding does not cut it off.
+                    text = format!(
+                        "({} of {} shown) ! {s}",
+                        usize::from(area.height),
+                        list.len()
+                    );
                 }
                 let style = if s.starts_with("[critical]") {
                     t.bad()
@@ -131,7 +134,7 @@ pub fn render_footer(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Conte
         Line::from(vec![
             Span::styled("/", t.key()),
             Span::raw(format!(" filter: {}▏", state.filter)),
-            Span::styled("  Enter keep · Esc clear", t.dim()),
+            Span::styled("  Enter keep · Ctrl-U erase · Esc clear", t.dim()),
         ])
     } else if let Some(m) = &state.message {
         Line::from(Span::styled(m.clone(), t.warn()))

@@ -43,24 +43,35 @@ fn escape(s: &str) -> String {
 fn main() {
     let src = ScriptedSource::demo().expect("the demo parses");
     let info = Arc::new(src.info());
-    let mut st = UiState::new(
-        gpuwatch::analysis::Analyzer::new(
-            gpuwatch::detect::Rules::default(),
-            Duration::from_mins(10),
-            gpuwatch::analysis::Detail::Full,
-            WatchSet::new(Vec::new(), Some("alice".into())),
-        ),
-        false,
-    );
     let now = 1_795_953_600.0;
+    // As the dashboard shows it 10 s after start: the demo's past (11 minutes before
+    // DEMO_START) run through the analysis, then 10 frames (fixed times, so the SVG is the
+    // same on every run).
+    let shown = 10.0;
+    let preroll = gpuwatch::source::PREROLL.as_secs_f64();
+    let at = |back: f64| src.sample_at(DEMO_START + shown - back, now - back);
+    let mut analyzer = gpuwatch::analysis::Analyzer::new(
+        gpuwatch::detect::Rules::default(),
+        Duration::from_mins(10),
+        gpuwatch::analysis::Detail::Full,
+        WatchSet::new(Vec::new(), Some("alice".into())),
+    );
+    analyzer.prime(
+        (1..=preroll as u32)
+            .rev()
+            .map(|k| at(shown + f64::from(k)))
+            .collect(),
+        &info,
+    );
+    let mut st = UiState::new(analyzer, false);
     let mut last = Instant::now();
-    for i in 0..60u32 {
-        let back = 59.0 - f64::from(i);
+    for i in 0..shown as u32 {
+        let back = shown - 1.0 - f64::from(i);
         last = Instant::now();
         st.on_frame(Arc::new(Frame {
             seq: u64::from(i) + 1,
             source: Arc::clone(&info),
-            sample: src.sample_at(DEMO_START + 120.0 - back, now - back),
+            sample: at(back),
             published: last,
             interval: Duration::from_secs(1),
         }));

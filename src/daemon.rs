@@ -142,6 +142,8 @@ async fn pipeline(
         Detail::Compact,
         watch.clone(),
     );
+    // A scenario's past (the demo's stories): findings open from the first frame.
+    analyzer.prime(sampler.take_past(), &sampler.info());
     let interval = config.sampling.interval;
     // Staleness is judged on a tick, since a stuck source sends no frame to judge it by.
     let stale_after = interval * 3 + Duration::from_secs(1);

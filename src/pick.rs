@@ -6,7 +6,7 @@ use crate::model::{GpuSample, MigMode, Sample};
 /// Why no answer could be given.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum PickError {
-    #[error("no GPU has {need} free{best}", need = crate::output::fmt_bytes(*.min_free), best = best_text(.best.as_ref()))]
+    #[error("{}", none_fits(*.min_free, .best.as_ref(), *.wanted, *.fitting))]
     NoneFits {
         min_free: u64,
         /// The best candidate that did not fit: (index, free bytes).
@@ -14,6 +14,19 @@ pub enum PickError {
         wanted: usize,
         fitting: usize,
     },
+}
+
+fn none_fits(min_free: u64, best: Option<&(u32, u64)>, wanted: usize, fitting: usize) -> String {
+    let need = crate::output::fmt_bytes(min_free);
+    if fitting == 0 {
+        return format!("no GPU has {need} free{}", best_text(best));
+    }
+    // Some fit, not as many as asked for: say how many, not that none does.
+    format!(
+        "{wanted} GPUs with {need} free were asked for, and only {fitting} {} it{}",
+        if fitting == 1 { "has" } else { "have" },
+        best_text(best)
+    )
 }
 
 fn best_text(best: Option<&(u32, u64)>) -> String {
@@ -188,6 +201,10 @@ mod tests {
     #[test]
     fn count_larger_than_fitting_is_an_error() {
         let s = sample(vec![gpu(0, 30, None), gpu(1, 2, None)]);
-        assert!(pick(&s, 10 << 30, 2).is_err());
+        let err = pick(&s, 10 << 30, 2).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "2 GPUs with 10.0GiB free were asked for, and only 1 has it (the most free is GPU 0 with 30.0GiB)"
+        );
     }
 }

@@ -64,6 +64,9 @@ pub struct Sampler {
     threads: Vec<JoinHandle<()>>,
     /// The host thread's shared state (`None` for a source without host facts).
     host: Option<Arc<HostShared>>,
+    /// The source's past ([`GpuSource::past`] over [`crate::source::PREROLL`]), for the first
+    /// front end that asks ([`Sampler::take_past`]).
+    past: Mutex<Vec<Sample>>,
 }
 
 /// A stop flag that also wakes sleeping threads.
@@ -114,6 +117,11 @@ impl Sampler {
     /// When the operating system refuses to start a thread.
     pub fn spawn(mut source: Box<dyn GpuSource>, options: SamplerOptions) -> std::io::Result<Self> {
         let info = Arc::new(source.info());
+        // At 1 Hz at most (as the detector is judged), whatever the live cadence.
+        let past = source.past(
+            crate::source::PREROLL,
+            options.interval.max(Duration::from_secs(1)),
+        );
         let (tx, rx) = watch::channel(None);
         let probe = CallProbe::default();
         let slow_probe = CallProbe::default();
@@ -211,7 +219,14 @@ impl Sampler {
             stop,
             threads,
             host: host_handle,
+            past: Mutex::new(past),
         })
+    }
+
+    /// The source's past, oldest first, once (empty after the first call, and for a live
+    /// GPU): what a front end runs through its analysis before the first live frame.
+    pub fn take_past(&self) -> Vec<Sample> {
+        std::mem::take(&mut *self.past.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
     /// Tells the host thread which PIDs a front end shows now: those are refreshed on every
@@ -501,7 +516,7 @@ mod tests {
     /// Over five cycles with a focus, the focused PID is refreshed on each, the other once (and
     /// kept, not forgotten, in between); without a focus both are refreshed on each.
     #[test]
-    fn the_host_refresh_reads_unfocused_pids_every_fifth_cycle() {
+    fn the_host_refresh_reads_unfocused_pids_every_background_cycle() {
         // Past exec (the facts of a process caught mid-exec are incomplete, read in full again).
         let ((mut a, pa), (mut b, pb)) = (
             crate::source::procinfo::tests::running_sleep(),

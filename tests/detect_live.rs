@@ -141,3 +141,58 @@ used = { linear = [[0, "10GiB"], [120, "10840MiB"]] }
         "resolved at {missing_after_open:?} after opening at {at:?} (the free is at 30 s)"
     );
 }
+
+/// The demo's past is run through the daemon's analysis at start: its five stories are open
+/// findings within seconds, and none of those that opened in the past reaches a sink.
+#[test]
+fn the_daemon_on_the_demo_has_its_stories_open_at_once_and_sends_none_of_the_past() {
+    let sc = ScenarioFile::new("[[gpu]]\nmemory_total = \"80GiB\"\n");
+    let sink = sc.dir.path().join("events.jsonl");
+    let cfg = sc.dir.path().join("demo.toml");
+    std::fs::write(
+        &cfg,
+        format!("[alerts]\nlog = false\njsonl = \"{}\"\n", sink.display()),
+    )
+    .expect("config");
+    let cfg = cfg.display().to_string();
+    let d = Daemon::start_with_global(&sc, &["--demo", "--config", &cfg], &["--no-history"]);
+    let started = Instant::now();
+    let rules = loop {
+        let (status, body) = request(d.port, "/api/v1/findings", None);
+        assert_eq!(status, 200, "{body}");
+        let findings: Vec<serde_json::Value> = serde_json::from_str(&body).expect("json");
+        let rules: std::collections::BTreeSet<String> = findings
+            .iter()
+            .filter_map(|f| f["id"]["rule"].as_str().map(str::to_string))
+            .collect();
+        if rules.len() >= 5 || started.elapsed() > Duration::from_secs(10) {
+            break rules;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "open within seconds: {:?}",
+        started.elapsed()
+    );
+    for rule in [
+        "near-capacity",
+        "filling-up",
+        "leak-suspected",
+        "external-pressure",
+        "idle-holder",
+    ] {
+        assert!(rules.contains(rule), "{rule} open at start: {rules:?}");
+    }
+    std::thread::sleep(Duration::from_secs(3));
+    drop(d);
+    let events = std::fs::read_to_string(&sink).unwrap_or_default();
+    for line in events.lines() {
+        let e: serde_json::Value = serde_json::from_str(line).expect("jsonl");
+        let rule = e["finding"]["id"]["rule"].as_str().unwrap_or("");
+        assert!(
+            !(e["event"] == "opened" && ["leak-suspected", "idle-holder"].contains(&rule)),
+            "an opening of the past reached the sink: {line}"
+        );
+    }
+}

@@ -366,7 +366,11 @@ util_gpu = 5
             "uuid",
         ],
     );
-    fails_with(&o, 1, "no GPU has 30.0GiB free");
+    fails_with(
+        &o,
+        1,
+        "3 GPUs with 30.0GiB free were asked for, and only 2 have it",
+    );
     let o = gpuwatch_on(&sc, &["pick", "--min-free", "lots"]);
     fails_with(&o, 2, "'lots' is not a size");
 }

@@ -202,7 +202,13 @@ fn detail_view() {
             name: "pt_data_worker".into(),
         }],
     });
-    insta::assert_snapshot!(screen(&mut st, 120, 40, fresh(last)));
+    let text = screen(&mut st, 120, 40, fresh(last));
+    let footer = text.lines().last().unwrap_or("");
+    assert!(
+        footer.starts_with("Esc back") && !footer.contains("sort:"),
+        "the detail view's own keys: {footer:?}"
+    );
+    insta::assert_snapshot!(text);
 }
 
 #[test]

@@ -610,3 +610,70 @@ fn the_detect_thresholds_of_the_config_file_colour_the_dashboards_memory() {
         Some("33")
     );
 }
+
+/// The rule a finding's line on screen is about, by the detector's own wording.
+fn rule_of(line: &str) -> Option<&'static str> {
+    [
+        ("% full (", "near-capacity"),
+        ("will be full in", "filling-up"),
+        ("is still filling", "filling-up"),
+        ("leak suspected", "leak-suspected"),
+        ("external memory on GPU", "external-pressure"),
+        ("has not used the GPU for", "idle-holder"),
+    ]
+    .iter()
+    .find(|(words, _)| line.contains(words))
+    .map(|(_, rule)| *rule)
+}
+
+#[test]
+fn the_demo_tells_all_its_stories_within_ten_seconds_and_changes_within_a_minute() {
+    // At the default interval, 160×48: the demo's past is run through the analysis at start.
+    let script = format!(
+        "'{}' --demo; echo \"EXITED rc=$?\"; sleep 60",
+        gpuwatch_bin()
+    );
+    let t = Tmux::session("stories", (160, 48), None, Duration::from_secs(70), &script);
+    let started = Instant::now();
+    let rules = |s: &str| -> std::collections::BTreeSet<&'static str> {
+        s.lines()
+            .filter(|l| l.starts_with("! ") || l.contains(" shown) ! "))
+            .filter_map(rule_of)
+            .collect()
+    };
+    let s = t.wait_for("five findings of five rules", |s| rules(s).len() >= 5);
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "all five within 10 s: {:?}\n{s}",
+        started.elapsed()
+    );
+    // The time to full on every growing GPU's panel (GPU 1's leak, GPU 3's intruder).
+    for gpu in ["GPU 1 H200", "GPU 3 H200"] {
+        let panel: Vec<&str> = s.lines().skip_while(|l| !l.contains(gpu)).take(3).collect();
+        // The panel's column: from where its title starts, in characters.
+        let title = s.lines().find(|l| l.contains(gpu)).unwrap_or("");
+        let at = title.find(gpu).map_or(0, |i| title[..i].chars().count());
+        let column = |l: &str| Some(l.chars().skip(at).take(79).collect::<String>());
+        assert!(
+            panel
+                .iter()
+                .filter_map(|l| column(l))
+                .any(|l| l.contains("full in ")),
+            "{gpu} shows its time to full:\n{s}"
+        );
+    }
+    // Within a minute something changes: bob's job stops growing, so GPU 3's filling-up
+    // resolves (and the GPU crosses 97 %).
+    let before = rules(&s);
+    assert!(before.contains("filling-up"), "{s}");
+    let s = t.wait_for("a change", |s| {
+        !s.lines()
+            .filter(|l| l.starts_with("! ") || l.contains(" shown) ! "))
+            .any(|l| l.contains("GPU 3 will be full") || l.contains("GPU 3 is still filling"))
+    });
+    assert!(
+        started.elapsed() < Duration::from_secs(62),
+        "a change within a minute: {:?}\n{s}",
+        started.elapsed()
+    );
+}

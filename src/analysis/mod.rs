@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use crate::detect::{Detector, Finding, FindingEvent, Rules};
 use crate::history::History;
-use crate::model::{Frame, ProcSample, Sample, SourceKind};
+use crate::model::{Frame, ProcSample, Sample, SourceInfo, SourceKind};
 use crate::watch::WatchSet;
 
 pub use split::MemSplit;
@@ -221,6 +221,28 @@ impl Analyzer {
         );
         self.mine = Arc::clone(&mine);
         self.analysis(frame, mine, events)
+    }
+
+    /// Runs a source's past ([`crate::sampler::Sampler::take_past`]) through the history and
+    /// the detector, as if gpuwatch had been running: the findings it leaves open are on
+    /// screen from the first live frame. Its events are history, not news: none is returned
+    /// (no sink hears of them, no bell rings).
+    pub fn prime(&mut self, past: Vec<Sample>, source: &Arc<SourceInfo>) {
+        // The past's samples are one interval apart.
+        let interval = match past.as_slice() {
+            [a, b, ..] => Duration::from_secs_f64((b.taken_at - a.taken_at).clamp(0.01, 3600.0)),
+            _ => Duration::from_secs(1),
+        };
+        for sample in past {
+            let frame = Arc::new(Frame {
+                seq: 0,
+                source: Arc::clone(source),
+                sample,
+                published: std::time::Instant::now(),
+                interval,
+            });
+            let _ = self.push(&frame);
+        }
     }
 
     /// The analysis of `frame` (already pushed) without stepping the detector: for a front end

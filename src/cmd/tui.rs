@@ -58,6 +58,7 @@ fn connect_dashboard(config: &Config, url: &str, token: Option<String>) -> Resul
             in_flight: &no_call,
             focus: &no_focus,
             link: Some((remote.url.clone(), remote.link())),
+            past: (Vec::new(), None),
         },
         watch,
         &options,

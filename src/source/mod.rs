@@ -47,7 +47,21 @@ pub trait GpuSource: Send {
     fn finished(&self) -> bool {
         false
     }
+
+    /// The source's own past, when it has one (a scenario's timeline before where it starts):
+    /// samples every `step` over the `span` before now, oldest first, stamped as if taken then.
+    /// Front ends run them through their analysis before the first live sample, so the history
+    /// and the detector start as if gpuwatch had been running. Empty for a live GPU.
+    fn past(&self, span: Duration, step: Duration) -> Vec<Sample> {
+        let _ = (span, step);
+        Vec::new()
+    }
 }
+
+/// How much of a source's past front ends run through their analysis at start
+/// ([`GpuSource::past`]): longer than the idle-holder rule's 10 minutes and the leak rule's
+/// warm-up and sustain (6 minutes), so the demo's stories are all on screen at once.
+pub const PREROLL: Duration = Duration::from_mins(11);
 
 /// Takes slow-cadence readings, keyed by GPU UUID.
 pub trait SlowSampler: Send {

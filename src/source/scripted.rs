@@ -6,7 +6,7 @@
 
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use scenario::{Call, Gpu, Scenario, ScenarioError};
 
@@ -306,11 +306,92 @@ impl GpuSource for ScriptedSource {
         sample.collect_seconds = started.elapsed().as_secs_f64();
         sample
     }
+
+    /// The timeline before now, every `step` over `span` (scenario time runs `speed` times
+    /// as fast), stamped that long before the wall clock's now.
+    fn past(&self, span: Duration, step: Duration) -> Vec<Sample> {
+        let step_s = step.as_secs_f64();
+        if step_s <= 0.0 {
+            return Vec::new();
+        }
+        let t = self.now();
+        let wall = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        // At most one sample per step, and never a million of them for a tiny step.
+        let n = ((span.as_secs_f64() / step_s).floor() as usize).min(100_000);
+        (1..=n)
+            .rev()
+            .map(|k| {
+                let back = k as f64 * step_s;
+                self.sample_at(t - back * self.speed, wall - back)
+            })
+            .collect()
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_past_is_the_timeline_before_now_oldest_first_stamped_before_now() {
+        let demo = ScriptedSource::demo().expect("demo");
+        let past = demo.past(Duration::from_secs(10), Duration::from_secs(1));
+        assert_eq!(past.len(), 10);
+        let wall = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .expect("clock")
+            .as_secs_f64();
+        assert!(
+            past.windows(2)
+                .all(|w| (w[1].taken_at - w[0].taken_at - 1.0).abs() < 1e-6)
+        );
+        let newest = past.last().expect("samples").taken_at;
+        assert!((wall - newest - 1.0).abs() < 0.5, "one step before now");
+        // Bob's evaluation job arrives at t = 30: ten seconds before t = 90 it is there.
+        let bob = |s: &Sample| s.gpus[3].processes.iter().any(|p| p.pid == 4120);
+        assert!(past.iter().all(bob));
+        // A zero step or span gives nothing rather than a flood.
+        assert!(
+            demo.past(Duration::from_secs(10), Duration::ZERO)
+                .is_empty()
+        );
+        assert!(demo.past(Duration::ZERO, Duration::from_secs(1)).is_empty());
+    }
+
+    /// The demo's past run through the analysis leaves every story open at its start: near
+    /// capacity, filling-up with its time to full, a leak, external pressure, an idle holder.
+    #[test]
+    fn the_demo_primed_with_its_past_opens_five_rules_at_its_start() {
+        use crate::analysis::{Analyzer, Detail};
+        let demo = ScriptedSource::demo().expect("demo");
+        let info = std::sync::Arc::new(demo.info());
+        let mut analyzer = Analyzer::new(
+            crate::detect::Rules::default(),
+            Duration::from_mins(10),
+            Detail::Full,
+            crate::watch::WatchSet::new(Vec::new(), Some("alice".into())),
+        );
+        analyzer.prime(
+            demo.past(crate::source::PREROLL, Duration::from_secs(1)),
+            &info,
+        );
+        let rules: BTreeSet<&str> = analyzer.open().iter().map(|f| f.id.rule.name()).collect();
+        assert_eq!(
+            rules,
+            [
+                "external-pressure",
+                "filling-up",
+                "idle-holder",
+                "leak-suspected",
+                "near-capacity"
+            ]
+            .into(),
+            "{:#?}",
+            analyzer.open()
+        );
+    }
 
     #[test]
     fn demo_scenario_parses_and_tells_its_story() {

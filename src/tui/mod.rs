@@ -185,6 +185,7 @@ pub fn run(sampler: &Sampler, watch: WatchSet, options: &TuiOptions) -> std::io:
             in_flight: &in_flight,
             focus: &focus,
             link: None,
+            past: (sampler.take_past(), Some(sampler.info())),
         },
         watch,
         options,
@@ -202,6 +203,12 @@ pub struct Feed<'a> {
     pub focus: &'a dyn Fn(Option<Vec<u32>>),
     /// The remote daemon's URL and the link's state.
     pub link: Option<(String, tokio::sync::watch::Receiver<crate::remote::Link>)>,
+    /// The source's past and who it is ([`crate::sampler::Sampler::take_past`]): run through
+    /// the analysis before the first frame. Empty for a live GPU and a remote feed.
+    pub past: (
+        Vec<crate::model::Sample>,
+        Option<std::sync::Arc<crate::model::SourceInfo>>,
+    ),
 }
 
 /// Runs the dashboard on any feed (see [`run`]).
@@ -222,7 +229,7 @@ async fn run_loop(feed: Feed<'_>, watch: WatchSet, options: &TuiOptions) -> std:
         Terminal::new(CrosstermBackend::new(std::io::stdout()))?;
     term.clear()?;
     let theme = Theme::new(options.color).with_mem_levels(options.mem_levels);
-    let mut state = new_state(watch, options, feed.link.is_some());
+    let mut state = new_state(watch, options, feed.link.is_some(), feed.past);
     let size = term.size()?;
     state.size = (size.width, size.height);
     let mut input = spawn_input()?;
@@ -336,7 +343,16 @@ fn stop_sinks(alerts: Alerts) {
 
 /// The dashboard's state over its own analysis stage (the configuration's `[detect]`; the
 /// frames of a remote daemon are another host's).
-fn new_state(watch: WatchSet, options: &TuiOptions, remote: bool) -> UiState {
+/// With the source's past run through it first ([`Feed::past`]).
+fn new_state(
+    watch: WatchSet,
+    options: &TuiOptions,
+    remote: bool,
+    past: (
+        Vec<crate::model::Sample>,
+        Option<std::sync::Arc<crate::model::SourceInfo>>,
+    ),
+) -> UiState {
     let mut analyzer = crate::analysis::Analyzer::new(
         options.rules.clone(),
         options.history_window,
@@ -345,6 +361,9 @@ fn new_state(watch: WatchSet, options: &TuiOptions, remote: bool) -> UiState {
     );
     if remote {
         analyzer = analyzer.remote();
+    }
+    if let (past, Some(source)) = past {
+        analyzer.prime(past, &source);
     }
     UiState::new(analyzer, options.read_only)
 }

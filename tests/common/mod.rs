@@ -154,6 +154,11 @@ impl Daemon {
         Self::spawn_with(gpuwatch_cmd(sc), &[], extra)
     }
 
+    /// A daemon at the default interval with these global options (e.g. `--demo`).
+    pub fn start_with_global(sc: &ScenarioFile, global: &[&str], extra: &[&str]) -> Self {
+        Self::spawn_with(gpuwatch_cmd(sc), global, extra)
+    }
+
     /// Starts it with this many file descriptors at most (`prlimit --nofile=N:N`, util-linux).
     pub fn start_with_nofile(sc: &ScenarioFile, nofile: u64, extra: &[&str]) -> Self {
         let plain = gpuwatch_cmd(sc);

@@ -10,7 +10,7 @@ use ratatui::widgets::{Axis, Block, Borders, Chart, Dataset, GraphType, Paragrap
 use super::{Context, cut, fmt_growth};
 use crate::history::ProcKey;
 use crate::model::{GpuSample, ProcSample};
-use crate::output::{fmt_bytes, fmt_elapsed};
+use crate::output::{fmt_bytes, fmt_elapsed, fmt_eta};
 use crate::source::procdetail::ProcDetail;
 use crate::tui::state::{CHART_SPANS, UiState};
 
@@ -115,16 +115,10 @@ fn info_lines<'a>(
     if let Some((g, p)) = current {
         let d = state.derived_of(g, p);
         let peak = hist
-            .and_then(crate::history::ProcHistory::peak_used)
+            .and_then(|h| Some((h.peak_used()?, h.latest()?.t)))
             .map_or_else(
                 || "-".to_string(),
-                |(b, when)| {
-                    format!(
-                        "{} ({} ago)",
-                        fmt_bytes(b),
-                        fmt_elapsed((ctx.now - when).max(0.0) as u64)
-                    )
-                },
+                |((b, when), latest)| peak_text(b, when, latest, ctx.now),
             );
         lines.push(Line::from(format!(
             "peak {peak} · growth {} MiB/min · CPU {} · RSS {} · elapsed {}{}",
@@ -346,4 +340,37 @@ pub fn render_chart(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Contex
                 .labels(vec![Span::raw("0"), Span::raw(format!("{total:.0}"))]),
         );
     f.render_widget(c, area);
+}
+
+/// A process's peak and when it was: "now" while the latest sample is the peak (a growing
+/// process), else how long ago ("15.2GiB (3 min ago)"; it said "(00:00 ago)").
+fn peak_text(bytes: u64, when: f64, latest: f64, now: f64) -> String {
+    if when >= latest {
+        format!("{} (now)", fmt_bytes(bytes))
+    } else {
+        format!(
+            "{} ({} ago)",
+            fmt_bytes(bytes),
+            fmt_eta((now - when).max(1.0))
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_peak_is_now_while_it_is_the_latest_sample_else_how_long_ago() {
+        let gib = 1 << 30;
+        assert_eq!(peak_text(15 * gib, 100.0, 100.0, 100.3), "15.0GiB (now)");
+        assert_eq!(
+            peak_text(15 * gib, 100.0, 280.0, 280.3),
+            "15.0GiB (3 min ago)"
+        );
+        assert_eq!(
+            peak_text(15 * gib, 100.0, 100.5, 100.6),
+            "15.0GiB (1 s ago)"
+        );
+    }
 }

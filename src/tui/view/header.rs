@@ -5,7 +5,7 @@ use ratatui::layout::Rect;
 use ratatui::text::{Line, Span};
 
 use super::Context;
-use crate::tui::state::{SortKey, UiState};
+use crate::tui::state::{Mode, SortKey, UiState};
 
 /// The header: who and what is watched, how fresh the data is.
 pub fn render(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Context) {
@@ -144,6 +144,22 @@ pub fn render_footer(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Conte
             spans.push(Span::styled(k, t.key()));
             spans.push(Span::raw(format!(" {what}  ")));
         };
+        let pause = if state.paused { "resume" } else { "pause" };
+        // Detail and chart views: their own keys, not the table's.
+        if matches!(state.mode(), Mode::Detail | Mode::Chart) {
+            hint(&mut spans, "Esc", "back".into());
+            if state.mode() == Mode::Chart {
+                hint(&mut spans, "+/-", "zoom".into());
+            } else {
+                hint(&mut spans, "c", "chart".into());
+            }
+            hint(&mut spans, "g", "GPU".into());
+            hint(&mut spans, "p", pause.into());
+            hint(&mut spans, "?", "help".into());
+            hint(&mut spans, "q", "quit".into());
+            super::draw_lines(f, area, &[Line::from(spans)]);
+            return;
+        }
         hint(&mut spans, "q", "quit".into());
         hint(&mut spans, "?", "help".into());
         hint(
@@ -171,15 +187,7 @@ pub fn render_footer(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Conte
         if !state.read_only {
             hint(&mut spans, "K", "kill".into());
         }
-        hint(
-            &mut spans,
-            "p",
-            if state.paused {
-                "resume".into()
-            } else {
-                "pause".into()
-            },
-        );
+        hint(&mut spans, "p", pause.into());
         Line::from(spans)
     };
     super::draw_lines(f, area, &[line]);

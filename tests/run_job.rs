@@ -235,3 +235,33 @@ fn without_a_driver_the_job_still_runs_and_the_report_says_why() {
     assert_eq!(quiet.status.code(), Some(0));
     assert_eq!(stderr(&quiet), "");
 }
+
+#[test]
+fn a_lost_gpu_is_refused_and_the_job_not_started() {
+    // GPU 1 fell off the bus before the first sample: its UUID was never read.
+    let sc = ScenarioFile::new(&format!("[[gpu]]\n{H200}\n[[gpu]]\n{H200}lost_at = 0\n"));
+    let out = gpuwatch_cmd(&sc)
+        .args(["run", "--gpu", "1", "--", "sh", "-c"])
+        .arg("echo \"started on [$CUDA_VISIBLE_DEVICES]\"")
+        .output()
+        .expect("runs");
+    assert!(
+        !common::stdout(&out).contains("started"),
+        "the job must not start: {}",
+        common::stdout(&out)
+    );
+    // A setup error, as a --gpu that names no GPU is.
+    common::fails_with(&out, 2, "GPU 1 is lost");
+    assert!(
+        stderr(&out).contains("fell off the bus"),
+        "{}",
+        stderr(&out)
+    );
+    // The healthy GPU still takes the job.
+    let ok = gpuwatch_cmd(&sc)
+        .args(["run", "--gpu", "0", "--", "sh", "-c", "echo started"])
+        .output()
+        .expect("runs");
+    assert_eq!(ok.status.code(), Some(0), "{}", stderr(&ok));
+    assert_eq!(common::stdout(&ok), "started\n");
+}

@@ -265,3 +265,29 @@ fn a_lost_gpu_is_refused_and_the_job_not_started() {
     assert_eq!(ok.status.code(), Some(0), "{}", stderr(&ok));
     assert_eq!(common::stdout(&ok), "started\n");
 }
+
+#[test]
+fn the_gpu_to_move_to_counts_nvml_free_not_total_minus_used() {
+    // GPU 0: 100 GiB, 20 GiB reserved by the driver, 10 GiB used: NVML says 70 GiB free
+    // (total minus used would count the reservation: 90 GiB).
+    let intruder = Sleeper::spawn();
+    let sc = ScenarioFile::new(&format!(
+        "[[gpu]]\nmemory_total = \"100GiB\"\nmemory_reserved = \"20GiB\"\nbase_used = \"10GiB\"\n\
+         [[gpu]]\n{H200}[[gpu.process]]\npid = {}\nused = \"100GiB\"\n",
+        intruder.pid()
+    ));
+    let message = format!(
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 30.00 GiB. GPU 0 has a total capacity of 139.80 GiB of which 19.80 GiB is free. Process {} has 100.00 GiB memory in use. Including non-PyTorch memory, this process has 20.00 GiB memory in use. Of the allocated memory 19.50 GiB is allocated by PyTorch, and 0 bytes is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.",
+        intruder.pid()
+    );
+    let job = oom_job(sc.dir.path(), "20GiB", &message);
+    let out = run(&sc, &["--gpu", "1"], &job, &[]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let diagnosis = err.split_once("\n\n").map_or("", |(_, d)| d);
+    assert!(
+        diagnosis.contains("Use GPU 0: it has 70.00 GiB free"),
+        "{diagnosis}"
+    );
+    assert!(!diagnosis.contains("90.00 GiB"), "{diagnosis}");
+}

@@ -71,6 +71,9 @@ pub struct GpuView {
     pub name: String,
     pub total: u64,
     pub used: u64,
+    /// Free as NVML reports it: the driver's reserved memory is neither used nor free, so
+    /// this is less than `total - used`.
+    pub free: u64,
     /// Processes at the failure or at their peak.
     pub processes: Vec<ProcView>,
 }
@@ -459,7 +462,7 @@ fn oom(d: &mut Diagnosis, f: &OomFacts, ctx: Option<&Context>) {
         .or(f.reserved)
         .or(f.allocated);
     let total = f.total.or(view.map(|g| g.total));
-    let free = f.free.or(view.map(|g| g.total.saturating_sub(g.used)));
+    let free = f.free.or(view.map(|g| g.free));
 
     // Facts.
     let gpu_name = match (f.gpu, nvml) {
@@ -717,10 +720,10 @@ fn another_gpu(ctx: Option<&Context>, failed: Option<u32>, footprint: u64) -> Fi
         .gpus
         .iter()
         .filter(|g| Some(g.index) != failed)
-        .max_by_key(|g| g.total.saturating_sub(g.used));
+        .max_by_key(|g| g.free);
     match best {
-        Some(g) if g.total.saturating_sub(g.used) >= footprint => {
-            let free = g.total.saturating_sub(g.used);
+        Some(g) if g.free >= footprint => {
+            let free = g.free;
             fix(
                 format!("Use GPU {}: it has {} free", g.index, fmt_size(free)),
                 format!(
@@ -743,7 +746,7 @@ fn another_gpu(ctx: Option<&Context>, failed: Option<u32>, footprint: u64) -> Fi
                 "The GPU with most free memory, GPU {}, has {} free; this job needs about {}. \
                  Wait for the other processes or reduce the job's footprint (below).",
                 g.index,
-                fmt_size(g.total.saturating_sub(g.used)),
+                fmt_size(g.free),
                 fmt_size(footprint)
             ),
         ),
@@ -1557,6 +1560,7 @@ mod tests {
             name: name.to_string(),
             total: 140 * GIB,
             used: 0,
+            free: 140 * GIB,
             processes: vec![],
         }
     }

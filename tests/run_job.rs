@@ -291,3 +291,64 @@ fn the_gpu_to_move_to_counts_nvml_free_not_total_minus_used() {
     );
     assert!(!diagnosis.contains("90.00 GiB"), "{diagnosis}");
 }
+
+/// `gpuwatch run -- sh -c SCRIPT`: its output and the diagnosis part of the report.
+fn run_script(sc: &ScenarioFile, script: &str) -> (Output, String) {
+    let out = gpuwatch_cmd(sc)
+        .args(["--interval", "100ms", "run", "--", "sh", "-c", script])
+        .output()
+        .expect("gpuwatch runs");
+    let err = stderr(&out);
+    let diagnosis = err
+        .split_once("\n\n")
+        .map_or(String::new(), |(_, d)| d.to_string());
+    (out, diagnosis)
+}
+
+#[test]
+fn a_silent_job_gets_its_exit_code_or_signal_not_traceback_advice() {
+    let sc = ScenarioFile::new(&format!("[[gpu]]\n{H200}"));
+    let (out, diagnosis) = run_script(&sc, "exit 3");
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "the job's own code: {}",
+        stderr(&out)
+    );
+    assert!(
+        diagnosis.starts_with("The job exited with code 3 and printed nothing"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(diagnosis.contains("was empty"), "{diagnosis}");
+    assert!(!diagnosis.contains("traceback"), "{diagnosis}");
+
+    let (out, diagnosis) = run_script(&sc, "echo loading; kill -9 $$");
+    // 128 + 9, as a shell reports it.
+    assert_eq!(out.status.code(), Some(137), "{}", stderr(&out));
+    assert_eq!(common::stdout(&out), "loading\n");
+    assert!(
+        diagnosis.starts_with("The job was killed by SIGKILL (signal 9)"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(diagnosis.contains("out-of-memory killer"), "{diagnosis}");
+    for needle in [
+        "dmesg",
+        "journalctl -k",
+        "oom-kill",
+        "memory.max",
+        "memory.events",
+    ] {
+        assert!(diagnosis.contains(needle), "{needle}: {diagnosis}");
+    }
+    assert!(!diagnosis.contains("logic bug"), "{diagnosis}");
+
+    let (out, diagnosis) = run_script(&sc, "kill -9 $$");
+    assert_eq!(out.status.code(), Some(137), "{}", stderr(&out));
+    assert!(
+        diagnosis.starts_with("The job was killed by SIGKILL (signal 9) and printed nothing"),
+        "{}",
+        stderr(&out)
+    );
+}

@@ -91,7 +91,7 @@ pub(crate) fn run_job(g: &GlobalArgs, config: &Config, args: &RunArgs) -> Result
         for line in &outcome.tail {
             scanner.push_line(line);
         }
-        crate::triage::diagnose(&scanner.finish(), ctx.as_ref())
+        crate::triage::diagnose_job(&scanner.finish(), ctx.as_ref(), Some(outcome.status))
     });
     if !args.quiet {
         let mut text =

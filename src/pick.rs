@@ -39,12 +39,37 @@ fn best_text(best: Option<&(u32, u64)>) -> String {
     }
 }
 
-/// A GPU that can take work: not lost, memory known, not split into MIG devices.
-fn candidate(g: &GpuSample) -> Option<u64> {
-    if g.lost || g.mig_mode == Some(MigMode::Enabled) {
-        return None;
+/// Why a GPU cannot take a new job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Unfit {
+    /// NVML reports it lost (it fell off the bus): nothing can run there.
+    Lost,
+    /// Split into MIG devices: the job goes to one of them, not the whole GPU.
+    Mig,
+    /// Its memory could not be read.
+    MemoryUnknown,
+}
+
+/// Why `g` cannot take a new job, or `None` when it can (the rule `pick` and `run --gpu`
+/// share).
+pub(crate) fn unfit(g: &GpuSample) -> Option<Unfit> {
+    if g.lost {
+        Some(Unfit::Lost)
+    } else if g.mig_mode == Some(MigMode::Enabled) {
+        Some(Unfit::Mig)
+    } else if g.memory.is_none() {
+        Some(Unfit::MemoryUnknown)
+    } else {
+        None
     }
-    g.memory.map(|m| m.free)
+}
+
+/// A GPU that can take work (see [`unfit`]), and its free memory.
+fn candidate(g: &GpuSample) -> Option<u64> {
+    match unfit(g) {
+        None => g.memory.map(|m| m.free),
+        Some(_) => None,
+    }
 }
 
 /// The `count` best GPUs with at least `min_free` bytes free, best first.

@@ -235,3 +235,120 @@ fn without_a_driver_the_job_still_runs_and_the_report_says_why() {
     assert_eq!(quiet.status.code(), Some(0));
     assert_eq!(stderr(&quiet), "");
 }
+
+#[test]
+fn a_lost_gpu_is_refused_and_the_job_not_started() {
+    // GPU 1 fell off the bus before the first sample: its UUID was never read.
+    let sc = ScenarioFile::new(&format!("[[gpu]]\n{H200}\n[[gpu]]\n{H200}lost_at = 0\n"));
+    let out = gpuwatch_cmd(&sc)
+        .args(["run", "--gpu", "1", "--", "sh", "-c"])
+        .arg("echo \"started on [$CUDA_VISIBLE_DEVICES]\"")
+        .output()
+        .expect("runs");
+    assert!(
+        !common::stdout(&out).contains("started"),
+        "the job must not start: {}",
+        common::stdout(&out)
+    );
+    // A setup error, as a --gpu that names no GPU is.
+    common::fails_with(&out, 2, "GPU 1 is lost");
+    assert!(
+        stderr(&out).contains("fell off the bus"),
+        "{}",
+        stderr(&out)
+    );
+    // The healthy GPU still takes the job.
+    let ok = gpuwatch_cmd(&sc)
+        .args(["run", "--gpu", "0", "--", "sh", "-c", "echo started"])
+        .output()
+        .expect("runs");
+    assert_eq!(ok.status.code(), Some(0), "{}", stderr(&ok));
+    assert_eq!(common::stdout(&ok), "started\n");
+}
+
+#[test]
+fn the_gpu_to_move_to_counts_nvml_free_not_total_minus_used() {
+    // GPU 0: 100 GiB, 20 GiB reserved by the driver, 10 GiB used: NVML says 70 GiB free
+    // (total minus used would count the reservation: 90 GiB).
+    let intruder = Sleeper::spawn();
+    let sc = ScenarioFile::new(&format!(
+        "[[gpu]]\nmemory_total = \"100GiB\"\nmemory_reserved = \"20GiB\"\nbase_used = \"10GiB\"\n\
+         [[gpu]]\n{H200}[[gpu.process]]\npid = {}\nused = \"100GiB\"\n",
+        intruder.pid()
+    ));
+    let message = format!(
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 30.00 GiB. GPU 0 has a total capacity of 139.80 GiB of which 19.80 GiB is free. Process {} has 100.00 GiB memory in use. Including non-PyTorch memory, this process has 20.00 GiB memory in use. Of the allocated memory 19.50 GiB is allocated by PyTorch, and 0 bytes is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.",
+        intruder.pid()
+    );
+    let job = oom_job(sc.dir.path(), "20GiB", &message);
+    let out = run(&sc, &["--gpu", "1"], &job, &[]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let diagnosis = err.split_once("\n\n").map_or("", |(_, d)| d);
+    assert!(
+        diagnosis.contains("Use GPU 0: it has 70.00 GiB free"),
+        "{diagnosis}"
+    );
+    assert!(!diagnosis.contains("90.00 GiB"), "{diagnosis}");
+}
+
+/// `gpuwatch run -- sh -c SCRIPT`: its output and the diagnosis part of the report.
+fn run_script(sc: &ScenarioFile, script: &str) -> (Output, String) {
+    let out = gpuwatch_cmd(sc)
+        .args(["--interval", "100ms", "run", "--", "sh", "-c", script])
+        .output()
+        .expect("gpuwatch runs");
+    let err = stderr(&out);
+    let diagnosis = err
+        .split_once("\n\n")
+        .map_or(String::new(), |(_, d)| d.to_string());
+    (out, diagnosis)
+}
+
+#[test]
+fn a_silent_job_gets_its_exit_code_or_signal_not_traceback_advice() {
+    let sc = ScenarioFile::new(&format!("[[gpu]]\n{H200}"));
+    let (out, diagnosis) = run_script(&sc, "exit 3");
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "the job's own code: {}",
+        stderr(&out)
+    );
+    assert!(
+        diagnosis.starts_with("The job exited with code 3 and printed nothing"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(diagnosis.contains("was empty"), "{diagnosis}");
+    assert!(!diagnosis.contains("traceback"), "{diagnosis}");
+
+    let (out, diagnosis) = run_script(&sc, "echo loading; kill -9 $$");
+    // 128 + 9, as a shell reports it.
+    assert_eq!(out.status.code(), Some(137), "{}", stderr(&out));
+    assert_eq!(common::stdout(&out), "loading\n");
+    assert!(
+        diagnosis.starts_with("The job was killed by SIGKILL (signal 9)"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(diagnosis.contains("out-of-memory killer"), "{diagnosis}");
+    for needle in [
+        "dmesg",
+        "journalctl -k",
+        "oom-kill",
+        "memory.max",
+        "memory.events",
+    ] {
+        assert!(diagnosis.contains(needle), "{needle}: {diagnosis}");
+    }
+    assert!(!diagnosis.contains("logic bug"), "{diagnosis}");
+
+    let (out, diagnosis) = run_script(&sc, "kill -9 $$");
+    assert_eq!(out.status.code(), Some(137), "{}", stderr(&out));
+    assert!(
+        diagnosis.starts_with("The job was killed by SIGKILL (signal 9) and printed nothing"),
+        "{}",
+        stderr(&out)
+    );
+}

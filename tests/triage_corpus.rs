@@ -892,6 +892,7 @@ fn h200(index: u32, used: u64, processes: Vec<ProcView>) -> GpuView {
         name: "NVIDIA H200".to_string(),
         total: sz(13980, GI),
         used,
+        free: sz(13980, GI).saturating_sub(used),
         processes,
     }
 }
@@ -1071,6 +1072,7 @@ fn diagnose_container_pid_is_the_job() {
         job_pids: vec![41],
         gpus: vec![GpuView {
             total: sz(7915, GI),
+            free: sz(2, GI),
             ..h200(
                 0,
                 sz(7913, GI),

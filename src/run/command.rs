@@ -91,7 +91,7 @@ pub(crate) fn run_job(g: &GlobalArgs, config: &Config, args: &RunArgs) -> Result
         for line in &outcome.tail {
             scanner.push_line(line);
         }
-        crate::triage::diagnose(&scanner.finish(), ctx.as_ref())
+        crate::triage::diagnose_job(&scanner.finish(), ctx.as_ref(), Some(outcome.status))
     });
     if !args.quiet {
         let mut text =
@@ -259,6 +259,15 @@ fn choose_gpu<'a>(
                     Some(g.uuid.as_str()) == d.parent || (d.parent.is_none() && g.uuid == d.uuid)
                 })
                 .ok_or_else(|| Failure::setup(format!("--gpu '{wanted}': its GPU is gone")))?;
+            // The rule `pick` applies: a lost GPU takes no job (its UUID may be unknown, and
+            // an empty CUDA_VISIBLE_DEVICES would run the job on no GPU, or a wrong one).
+            if crate::pick::unfit(g) == Some(crate::pick::Unfit::Lost) {
+                return Err(Failure::setup(format!(
+                    "--gpu '{wanted}': GPU {} is lost (NVML reports it fell off the bus); the job \
+                     was not started",
+                    g.index
+                )));
+            }
             let memory = if d.parent.is_some() {
                 g.mig_devices
                     .iter()

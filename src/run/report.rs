@@ -180,6 +180,7 @@ pub fn context(
                     name: clean_or(g.name.as_deref(), "GPU").into_owned(),
                     total: mem.total,
                     used: mem.used,
+                    free: mem.free,
                     processes: g
                         .processes
                         .iter()

@@ -38,6 +38,9 @@ use serde::Serialize;
 
 use super::size::fmt_size;
 use super::{Analysis, Failure, Framework, KnownFailure, OomFacts, ShapeFacts, ShapeKind};
+use crate::run::{Exit, signal_name};
+
+use signal_hook::consts::{SIGABRT, SIGBUS, SIGFPE, SIGILL, SIGKILL, SIGSEGV};
 
 const GIB: u64 = 1 << 30;
 
@@ -71,6 +74,9 @@ pub struct GpuView {
     pub name: String,
     pub total: u64,
     pub used: u64,
+    /// Free as NVML reports it: the driver's reserved memory is neither used nor free, so
+    /// this is less than `total - used`.
+    pub free: u64,
     /// Processes at the failure or at their peak.
     pub processes: Vec<ProcView>,
 }
@@ -284,6 +290,13 @@ pub fn map_ordinal(
 
 /// Combines the analysis with the context (or `None` for the text alone).
 pub fn diagnose(analysis: &Analysis, ctx: Option<&Context>) -> Diagnosis {
+    diagnose_job(analysis, ctx, None)
+}
+
+/// [`diagnose`], knowing how the job ended (`run` does; `explain` has only the text): when
+/// the text holds no GPU failure and no traceback, the exit code or the signal is what is
+/// known, and the diagnosis says it.
+pub fn diagnose_job(analysis: &Analysis, ctx: Option<&Context>, ended: Option<Exit>) -> Diagnosis {
     let mut d = Diagnosis {
         case: Case::Unknown,
         headline: String::new(),
@@ -298,6 +311,9 @@ pub fn diagnose(analysis: &Analysis, ctx: Option<&Context>) -> Diagnosis {
         Failure::DeviceMismatch(f) => device(&mut d, f),
         Failure::ShapeMismatch(f) => shape(&mut d, f),
         Failure::Known(k, line) => known(&mut d, *k, line, ctx),
+        Failure::Unknown if !analysis.traceback && analysis.traceback_hint.is_none() => {
+            no_traceback(&mut d, analysis, ctx, ended);
+        }
         Failure::Unknown => {
             d.headline = "No known GPU failure in the text: a logic bug to read in the traceback"
                 .to_string();
@@ -317,6 +333,108 @@ pub fn diagnose(analysis: &Analysis, ctx: Option<&Context>) -> Diagnosis {
         d.facts.push(format!("raised from {h}"));
     }
     d
+}
+
+/// No GPU failure and no traceback in the text: say what is known (how the job ended, whether
+/// it printed anything) and where to look, never "read the traceback".
+fn no_traceback(d: &mut Diagnosis, a: &Analysis, ctx: Option<&Context>, ended: Option<Exit>) {
+    let printed = if a.empty {
+        "printed nothing"
+    } else {
+        "printed no GPU failure and no traceback"
+    };
+    d.headline = match ended {
+        Some(Exit::Signal(SIGKILL)) => format!(
+            "The job was killed by SIGKILL (signal 9) and {printed}: usually the host's \
+             out-of-memory killer or a container (cgroup) memory limit"
+        ),
+        Some(Exit::Signal(s)) => format!(
+            "The job was killed by {} (signal {s}) and {printed}",
+            signal_name(s)
+        ),
+        Some(Exit::Code(c)) => format!("The job exited with code {c} and {printed}"),
+        None if a.empty => "The log is empty: there is nothing to diagnose in it".to_string(),
+        None => "No known GPU failure and no traceback in the text".to_string(),
+    };
+    if let Some(e) = ended {
+        d.facts.push(format!("the job ended: {}", e.describe()));
+    }
+    if a.empty {
+        d.facts.push(
+            if ended.is_some() {
+                "its output (stdout and stderr) was empty"
+            } else {
+                "the log is empty"
+            }
+            .to_string(),
+        );
+    } else if let Some(line) = a.excerpt.first() {
+        d.facts.push(format!("last error: {line}"));
+    } else {
+        d.facts
+            .push("no error line and no Python traceback in the output".to_string());
+    }
+    let command = job_command(ctx);
+    match ended {
+        Some(Exit::Signal(SIGKILL)) => {
+            d.fixes.push(fix(
+                "Check whether the kernel's out-of-memory killer killed it",
+                "    dmesg -T | grep -iE 'out of memory|oom-kill'\n    \
+                 journalctl -k | grep -iE 'out of memory|oom-kill'\n\
+                 \"Out of memory: Killed process <pid>\" naming the job (or one of its workers) \
+                 means host memory (RAM) ran out, not GPU memory: fewer data-loader workers, \
+                 less prefetching, less data held in RAM.",
+            ));
+            d.fixes.push(fix(
+                "In a container or a cgroup: check its memory limit",
+                "    cat /sys/fs/cgroup/memory.max\n    cat /sys/fs/cgroup/memory.events\n\
+                 An oom_kill count above 0 in memory.events means the container's limit killed \
+                 it (Kubernetes shows OOMKilled; cgroup v1 has memory.limit_in_bytes and \
+                 memory.failcnt): raise the limit or lower the job's host memory.",
+            ));
+            d.fixes.push(fix(
+                "Otherwise something sent it SIGKILL",
+                "A scheduler's time or memory limit (Slurm, Kubernetes), a watchdog or a \
+                 `kill -9`: see the scheduler's log for this job.",
+            ));
+        }
+        Some(Exit::Signal(s)) if [SIGILL, SIGABRT, SIGBUS, SIGFPE, SIGSEGV].contains(&s) => {
+            d.fixes.push(fix(
+                "It crashed in native code: get the stack of the crash",
+                format!(
+                    "A C++/CUDA extension or a library crashed ({}). Python prints the stack \
+                     of every thread at the crash with:\n    PYTHONFAULTHANDLER=1 {command}",
+                    signal_name(s)
+                ),
+            ));
+        }
+        Some(Exit::Signal(s)) => d.fixes.push(fix(
+            format!("Find what sent it {}", signal_name(s)),
+            "A scheduler's time limit or preemption, Ctrl-C, a closed terminal, or another \
+             process: see the scheduler's log for this job.",
+        )),
+        Some(Exit::Code(c)) => d.fixes.push(fix(
+            format!("Find where the job exits with code {c}"),
+            if a.empty {
+                format!(
+                    "It printed nothing: its own code (or its launcher) chose to exit with {c}. \
+                     Look for sys.exit({c}) or exit({c}) there, and log before exiting."
+                )
+            } else {
+                format!(
+                    "Its own code (or its launcher) chose to exit with {c}: look for \
+                     sys.exit({c}) or exit({c}), and read the last lines it printed."
+                )
+            },
+        )),
+        None => d.fixes.push(fix(
+            "Keep the job's whole output, and how it ended",
+            format!(
+                "    gpuwatch run -- {command}\nkeeps the end of stdout and stderr and says the \
+                 exit code or the signal (a job killed with SIGKILL prints nothing)."
+            ),
+        )),
+    }
 }
 
 /// A process that held memory on the failed GPU and is not the job.
@@ -459,7 +577,7 @@ fn oom(d: &mut Diagnosis, f: &OomFacts, ctx: Option<&Context>) {
         .or(f.reserved)
         .or(f.allocated);
     let total = f.total.or(view.map(|g| g.total));
-    let free = f.free.or(view.map(|g| g.total.saturating_sub(g.used)));
+    let free = f.free.or(view.map(|g| g.free));
 
     // Facts.
     let gpu_name = match (f.gpu, nvml) {
@@ -717,10 +835,10 @@ fn another_gpu(ctx: Option<&Context>, failed: Option<u32>, footprint: u64) -> Fi
         .gpus
         .iter()
         .filter(|g| Some(g.index) != failed)
-        .max_by_key(|g| g.total.saturating_sub(g.used));
+        .max_by_key(|g| g.free);
     match best {
-        Some(g) if g.total.saturating_sub(g.used) >= footprint => {
-            let free = g.total.saturating_sub(g.used);
+        Some(g) if g.free >= footprint => {
+            let free = g.free;
             fix(
                 format!("Use GPU {}: it has {} free", g.index, fmt_size(free)),
                 format!(
@@ -743,7 +861,7 @@ fn another_gpu(ctx: Option<&Context>, failed: Option<u32>, footprint: u64) -> Fi
                 "The GPU with most free memory, GPU {}, has {} free; this job needs about {}. \
                  Wait for the other processes or reduce the job's footprint (below).",
                 g.index,
-                fmt_size(g.total.saturating_sub(g.used)),
+                fmt_size(g.free),
                 fmt_size(footprint)
             ),
         ),
@@ -1557,6 +1675,7 @@ mod tests {
             name: name.to_string(),
             total: 140 * GIB,
             used: 0,
+            free: 140 * GIB,
             processes: vec![],
         }
     }
@@ -1658,6 +1777,166 @@ mod tests {
         }
     }
 
+    /// The whole diagnosis as text, fixes included.
+    fn text_of(d: &Diagnosis) -> String {
+        render_text(d)
+    }
+
+    fn no_traceback_advice(d: &Diagnosis) {
+        let text = text_of(d);
+        assert!(!text.contains("logic bug"), "{text}");
+        assert!(!text.contains("Read the traceback"), "{text}");
+        assert!(!text.contains("File \""), "{text}");
+    }
+
+    #[test]
+    fn an_empty_log_says_so_without_traceback_advice() {
+        let a = crate::triage::analyze("");
+        assert!(a.empty && !a.traceback);
+        let d = diagnose(&a, None);
+        assert_eq!(d.case, Case::Unknown);
+        assert_eq!(
+            d.headline,
+            "The log is empty: there is nothing to diagnose in it"
+        );
+        assert!(
+            d.facts.iter().any(|f| f == "the log is empty"),
+            "{:?}",
+            d.facts
+        );
+        no_traceback_advice(&d);
+        // Blank lines and progress-bar carriage returns are still nothing.
+        assert!(crate::triage::analyze("\n  \n\r\n").empty);
+    }
+
+    #[test]
+    fn a_job_that_exits_with_no_output_gets_its_exit_code() {
+        let a = crate::triage::analyze("");
+        let d = diagnose_job(&a, None, Some(Exit::Code(3)));
+        assert_eq!(d.headline, "The job exited with code 3 and printed nothing");
+        assert!(
+            d.facts.iter().any(|f| f == "the job ended: exit code 3"),
+            "{:?}",
+            d.facts
+        );
+        assert!(
+            d.facts
+                .iter()
+                .any(|f| f == "its output (stdout and stderr) was empty"),
+            "{:?}",
+            d.facts
+        );
+        assert!(d.fixes[0].detail.contains("sys.exit(3)"), "{:?}", d.fixes);
+        no_traceback_advice(&d);
+    }
+
+    #[test]
+    fn output_without_a_traceback_says_what_it_printed() {
+        let a = crate::triage::analyze("epoch 1: loss 2.31\nsaving checkpoint\n");
+        assert!(!a.empty && !a.traceback);
+        let d = diagnose_job(&a, None, Some(Exit::Code(1)));
+        assert_eq!(
+            d.headline,
+            "The job exited with code 1 and printed no GPU failure and no traceback"
+        );
+        no_traceback_advice(&d);
+        let d = diagnose(&a, None);
+        assert_eq!(
+            d.headline,
+            "No known GPU failure and no traceback in the text"
+        );
+        assert!(
+            d.fixes[0].detail.contains("gpuwatch run --"),
+            "{:?}",
+            d.fixes
+        );
+        no_traceback_advice(&d);
+    }
+
+    #[test]
+    fn sigkill_points_at_the_oom_killer_and_the_cgroup_limit() {
+        for text in ["", "epoch 1: loss 2.31\n"] {
+            let a = crate::triage::analyze(text);
+            let d = diagnose_job(&a, None, Some(Exit::Signal(9)));
+            assert!(
+                d.headline
+                    .starts_with("The job was killed by SIGKILL (signal 9) and printed "),
+                "{}",
+                d.headline
+            );
+            assert!(
+                d.headline.contains("out-of-memory killer"),
+                "{}",
+                d.headline
+            );
+            assert!(d.headline.contains("memory limit"), "{}", d.headline);
+            let fixes = text_of(&d);
+            for needle in [
+                "dmesg",
+                "journalctl -k",
+                "Out of memory: Killed process",
+                "oom-kill",
+                "memory.max",
+                "memory.events",
+            ] {
+                assert!(fixes.contains(needle), "{needle}: {fixes}");
+            }
+            assert!(
+                d.facts
+                    .iter()
+                    .any(|f| f == "the job ended: killed by SIGKILL (signal 9)"),
+                "{:?}",
+                d.facts
+            );
+            no_traceback_advice(&d);
+        }
+    }
+
+    #[test]
+    fn other_signals_are_named() {
+        let a = crate::triage::analyze("");
+        let d = diagnose_job(&a, None, Some(Exit::Signal(11)));
+        assert_eq!(
+            d.headline,
+            "The job was killed by SIGSEGV (signal 11) and printed nothing"
+        );
+        assert!(
+            d.fixes[0].detail.contains("PYTHONFAULTHANDLER=1"),
+            "{:?}",
+            d.fixes
+        );
+        let d = diagnose_job(&a, None, Some(Exit::Signal(15)));
+        assert_eq!(
+            d.headline,
+            "The job was killed by SIGTERM (signal 15) and printed nothing"
+        );
+        no_traceback_advice(&d);
+    }
+
+    #[test]
+    fn a_traceback_without_a_gpu_failure_is_still_a_logic_bug() {
+        let text = "Traceback (most recent call last):\n  File \"train.py\", line 7, in <module>\n    \
+                    main()\nKeyError: 'labels'\n";
+        let a = crate::triage::analyze(text);
+        assert!(a.traceback);
+        for ended in [None, Some(Exit::Code(1)), Some(Exit::Signal(9))] {
+            let d = diagnose_job(&a, None, ended);
+            assert_eq!(
+                d.headline,
+                "No known GPU failure in the text: a logic bug to read in the traceback"
+            );
+            assert_eq!(
+                d.fixes[0].title,
+                "Read the traceback from the last frame of your own code"
+            );
+        }
+        // Only library frames: the traceback is still there to read.
+        let text = "Traceback (most recent call last):\n  File \"/usr/lib/python3.11/json/decoder.py\", \
+                    line 3, in decode\njson.decoder.JSONDecodeError: Expecting value\n";
+        let d = diagnose_job(&crate::triage::analyze(text), None, Some(Exit::Code(1)));
+        assert!(d.headline.contains("logic bug"), "{}", d.headline);
+    }
+
     #[test]
     fn render_stays_near_80_columns() {
         let d = Diagnosis {
@@ -1672,6 +1951,8 @@ mod tests {
                 excerpt: vec!["e ".repeat(100)],
                 traceback_hint: None,
                 assertion: None,
+                traceback: false,
+                empty: false,
             },
         };
         for line in render_text(&d).lines() {

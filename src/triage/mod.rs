@@ -10,7 +10,9 @@
 //! matched following the usual flowchart: device words first (tensors on two devices), then
 //! size/shape words, then out-of-memory, then the other known GPU failures (device-side assert,
 //! illegal memory access, NCCL, no GPU, old driver, no kernel image, ECC, …). Anything else is
-//! [`Failure::Unknown`]: a logic bug to read in the traceback ([`Analysis::traceback_hint`]).
+//! [`Failure::Unknown`]: with a traceback, a logic bug to read in it
+//! ([`Analysis::traceback_hint`]); without one, the diagnosis says what is known (the exit code
+//! or the signal `run` saw, whether the text was empty).
 //!
 //! When a text holds several errors (torchrun logs, chained tracebacks), the root cause wins
 //! over the symptoms: OOM, device/shape mismatch and device-side asserts rank above illegal
@@ -32,8 +34,8 @@ mod size;
 use serde::Serialize;
 
 pub use diagnose::{
-    Case, Context, Diagnosis, Fix, GpuView, ProcView, batch_size_from_args, diagnose, map_ordinal,
-    render_text,
+    Case, Context, Diagnosis, Fix, GpuView, ProcView, batch_size_from_args, diagnose, diagnose_job,
+    map_ordinal, render_text,
 };
 pub use size::{fmt_size, parse_size};
 
@@ -59,6 +61,10 @@ pub struct Analysis {
     /// The first CUDA kernel assertion printed (``Assertion `t >= 0 && t < n_classes` failed.``),
     /// which says what a device-side assert was about.
     pub assertion: Option<String>,
+    /// A Python traceback began in the text (a `Traceback (most recent call last):` line).
+    pub traceback: bool,
+    /// The text had no line but blank ones.
+    pub empty: bool,
 }
 
 /// The class of failure, with its facts.
@@ -308,6 +314,10 @@ pub struct Scanner {
     assertion: Option<String>,
     /// Facts from allocator statistics lines (TF/XLA BFC).
     aux: Option<OomFacts>,
+    /// A traceback header was seen ([`Analysis::traceback`]).
+    traceback: bool,
+    /// A line that is not blank was seen.
+    any_text: bool,
 }
 
 fn cap(s: &str, max: usize) -> &str {
@@ -362,7 +372,9 @@ impl Scanner {
             self.pending = None;
             return;
         }
+        self.any_text = true;
         if trimmed.starts_with("Traceback (most recent call last)") {
+            self.traceback = true;
             self.pending = None;
             self.frame = None;
             self.frame_ttl = None;
@@ -519,6 +531,8 @@ impl Scanner {
                 excerpt: best.excerpt,
                 traceback_hint: best.hint,
                 assertion,
+                traceback: self.traceback,
+                empty: !self.any_text,
             };
         }
         let (excerpt, hint) = match self.last_exception {
@@ -530,6 +544,8 @@ impl Scanner {
             excerpt,
             traceback_hint: hint,
             assertion,
+            traceback: self.traceback,
+            empty: !self.any_text,
         }
     }
 }

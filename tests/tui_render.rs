@@ -427,3 +427,33 @@ fn the_gpu_bars_of_a_screen_have_one_width() {
         assert_eq!(widths.len(), 1, "{w}x{h}: bar widths {widths:?}\n{text}");
     }
 }
+
+/// Paused, the header says how old the screen is, not the newest sample's age.
+#[test]
+fn a_paused_screen_says_how_old_it_is() {
+    let src = demo();
+    let info = Arc::new(src.info());
+    let mut st = common::ui_state(Some("alice"), false);
+    let mut last = Instant::now();
+    // Frames up to 12 s before NOW, then a pause, then twelve more (the newest at NOW).
+    for i in 0..20u32 {
+        if i == 8 {
+            st.update(Command::TogglePause);
+        }
+        let back = 19.0 - f64::from(i);
+        last = Instant::now();
+        st.on_frame(Arc::new(Frame {
+            seq: u64::from(i) + 1,
+            source: Arc::clone(&info),
+            sample: src.sample_at(DEMO_START - back, NOW - back),
+            published: last,
+            interval: Duration::from_secs(1),
+        }));
+    }
+    let text = screen(&mut st, 160, 40, fresh(last));
+    let header = text.lines().next().unwrap_or("");
+    assert!(
+        header.contains("PAUSED (p): the screen is from 12 s ago"),
+        "{header}"
+    );
+}

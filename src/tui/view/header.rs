@@ -61,8 +61,18 @@ pub fn render(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Context) {
         spans.push(Span::styled(text, if bad { t.bad() } else { t.dim() }));
     }
     if state.paused {
+        // What is on screen is older than the newest sample: say how old (it said "sample
+        // 0.0s ago · PAUSED", the newest sample's age, while the screen stood still).
+        let shown = state.shown.as_ref().map_or(frame, |f| f);
+        let age = (ctx.now - shown.sample.taken_at).max(0.0);
         spans.push(Span::raw(" · "));
-        spans.push(Span::styled("PAUSED (p)", t.warn()));
+        spans.push(Span::styled(
+            format!(
+                "PAUSED (p): the screen is from {} ago",
+                crate::output::fmt_eta(age)
+            ),
+            t.warn(),
+        ));
     }
     let n = state.findings_lines(ctx.mono).len();
     if n > 0 {

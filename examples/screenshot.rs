@@ -48,7 +48,6 @@ fn main() {
     // DEMO_START) run through the analysis, then 10 frames (fixed times, so the SVG is the
     // same on every run).
     let shown = 10.0;
-    let preroll = gpuwatch::source::PREROLL.as_secs_f64();
     let at = |back: f64| src.sample_at(DEMO_START + shown - back, now - back);
     let mut analyzer = gpuwatch::analysis::Analyzer::new(
         gpuwatch::detect::Rules::default(),
@@ -57,10 +56,12 @@ fn main() {
         WatchSet::new(Vec::new(), Some("alice".into())),
     );
     analyzer.prime(
-        (1..=preroll as u32)
-            .rev()
-            .map(|k| at(shown + f64::from(k)))
-            .collect(),
+        src.past_at(
+            DEMO_START,
+            now - shown,
+            gpuwatch::source::PREROLL,
+            Duration::from_secs(1),
+        ),
         &info,
     );
     let mut st = UiState::new(analyzer, false);

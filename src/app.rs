@@ -220,18 +220,22 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
 }
 
 /// Opens the source and starts the sampler at the configured cadences (`headless`: the
-/// daemon's, which refreshes known processes' host readings less often).
+/// daemon's, which refreshes known processes' host readings less often). `past`: the front end
+/// runs the source's past through its analysis ([`Sampler::take_past`]); the others do not
+/// pay for reading it.
 pub(crate) fn start(
     g: &GlobalArgs,
     config: &Config,
     start_at: Option<f64>,
     headless: bool,
+    past: bool,
 ) -> Result<Sampler> {
     let interval = config.sampling.interval;
     start_with(
         g,
         config,
         start_at,
+        past,
         SamplerOptions {
             interval,
             slow_interval: config.sampling.slow_interval,
@@ -249,10 +253,21 @@ pub(crate) fn start_with(
     g: &GlobalArgs,
     config: &Config,
     start_at: Option<f64>,
+    past: bool,
     options: SamplerOptions,
 ) -> Result<Sampler> {
     let source = open_source(g, config, start_at, options.interval)?;
+    // At 1 Hz at most (as the detector is judged), whatever the live cadence.
+    let past = if past {
+        source.past(
+            crate::source::PREROLL,
+            options.interval.max(Duration::from_secs(1)),
+        )
+    } else {
+        Vec::new()
+    };
     Sampler::spawn(source, options)
+        .map(|s| s.with_past(past))
         .map_err(|e| Failure::runtime(format!("cannot start the sampler thread: {e}")))
 }
 

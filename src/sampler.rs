@@ -64,8 +64,8 @@ pub struct Sampler {
     threads: Vec<JoinHandle<()>>,
     /// The host thread's shared state (`None` for a source without host facts).
     host: Option<Arc<HostShared>>,
-    /// The source's past ([`GpuSource::past`] over [`crate::source::PREROLL`]), for the first
-    /// front end that asks ([`Sampler::take_past`]).
+    /// The source's past ([`GpuSource::past`] over [`crate::source::PREROLL`]) when the front
+    /// end asked for it ([`Sampler::with_past`]), until it takes it ([`Sampler::take_past`]).
     past: Mutex<Vec<Sample>>,
 }
 
@@ -117,11 +117,6 @@ impl Sampler {
     /// When the operating system refuses to start a thread.
     pub fn spawn(mut source: Box<dyn GpuSource>, options: SamplerOptions) -> std::io::Result<Self> {
         let info = Arc::new(source.info());
-        // At 1 Hz at most (as the detector is judged), whatever the live cadence.
-        let past = source.past(
-            crate::source::PREROLL,
-            options.interval.max(Duration::from_secs(1)),
-        );
         let (tx, rx) = watch::channel(None);
         let probe = CallProbe::default();
         let slow_probe = CallProbe::default();
@@ -219,8 +214,16 @@ impl Sampler {
             stop,
             threads,
             host: host_handle,
-            past: Mutex::new(past),
+            past: Mutex::new(Vec::new()),
         })
+    }
+
+    /// The sampler, keeping `past` (the source's, read before it was spawned) for
+    /// [`Sampler::take_past`].
+    #[must_use]
+    pub fn with_past(self, past: Vec<Sample>) -> Self {
+        *self.past.lock().unwrap_or_else(PoisonError::into_inner) = past;
+        self
     }
 
     /// The source's past, oldest first, once (empty after the first call, and for a live

@@ -9,6 +9,13 @@ use std::time::{Duration, Instant};
 
 use common::{Daemon, ScenarioFile, request};
 
+/// The daemon's open findings (`/api/v1/findings`).
+fn open_findings(port: u16) -> Vec<serde_json::Value> {
+    let (status, body) = request(port, "/api/v1/findings", None);
+    assert_eq!(status, 200, "{body}");
+    serde_json::from_str(&body).expect("json")
+}
+
 #[test]
 fn a_ramp_opens_filling_up_at_1_hz_and_a_model_load_opens_nothing() {
     let sc = ScenarioFile::new(
@@ -43,9 +50,7 @@ used = { step = [[0, "0"], [10, "6.6GiB"]] }
     // The ramp starts at t = 5 s of the double's clock (which starts when the daemon loads
     // it): open within 15 s of that, plus the daemon's start.
     while started.elapsed() < Duration::from_secs(30) {
-        let (status, body) = request(d.port, "/api/v1/findings", None);
-        assert_eq!(status, 200, "{body}");
-        let findings: Vec<serde_json::Value> = serde_json::from_str(&body).expect("json");
+        let findings = open_findings(d.port);
         for f in &findings {
             assert!(
                 !(f["id"]["gpu"] == "GPU-load"
@@ -111,9 +116,7 @@ used = { linear = [[0, "10GiB"], [120, "10840MiB"]] }
     let mut opened_at = None;
     let mut missing_after_open = Vec::new();
     while started.elapsed() < Duration::from_secs(42) {
-        let (status, body) = request(d.port, "/api/v1/findings", None);
-        assert_eq!(status, 200, "{body}");
-        let findings: Vec<serde_json::Value> = serde_json::from_str(&body).expect("json");
+        let findings = open_findings(d.port);
         let filling = findings.iter().find(|f| f["id"]["rule"] == "filling-up");
         match filling {
             Some(f) => {
@@ -158,9 +161,7 @@ fn the_daemon_on_the_demo_has_its_stories_open_at_once_and_sends_none_of_the_pas
     let d = Daemon::start_with_global(&sc, &["--demo", "--config", &cfg], &["--no-history"]);
     let started = Instant::now();
     let rules = loop {
-        let (status, body) = request(d.port, "/api/v1/findings", None);
-        assert_eq!(status, 200, "{body}");
-        let findings: Vec<serde_json::Value> = serde_json::from_str(&body).expect("json");
+        let findings = open_findings(d.port);
         let rules: std::collections::BTreeSet<String> = findings
             .iter()
             .filter_map(|f| f["id"]["rule"].as_str().map(str::to_string))

@@ -45,15 +45,30 @@ fn fed_as(
     for i in 0..steps {
         let back = (steps - 1 - i) as f64;
         last = Instant::now();
-        st.on_frame(Arc::new(Frame {
-            seq: i as u64 + 1,
-            source: Arc::clone(&info),
-            sample: source.sample_at(t_end - back, NOW - back),
-            published: last,
-            interval: Duration::from_secs(1),
-        }));
+        st.on_frame(frame(
+            &info,
+            i as u64 + 1,
+            source.sample_at(t_end - back, NOW - back),
+            last,
+        ));
     }
     (st, last)
+}
+
+/// A frame of `sample` at 1 s, published at `published`.
+fn frame(
+    info: &Arc<gpuwatch::model::SourceInfo>,
+    seq: u64,
+    sample: gpuwatch::model::Sample,
+    published: Instant,
+) -> Arc<Frame> {
+    Arc::new(Frame {
+        seq,
+        source: Arc::clone(info),
+        sample,
+        published,
+        interval: Duration::from_secs(1),
+    })
 }
 
 fn screen(st: &mut UiState, width: u16, height: u16, mono: Instant) -> String {
@@ -304,13 +319,12 @@ fn read_only_refuses_to_signal() {
     let src = demo();
     let info = Arc::new(src.info());
     let mut st = common::ui_state(None, true);
-    st.on_frame(Arc::new(Frame {
-        seq: 1,
-        source: info,
-        sample: src.sample_at(DEMO_START, NOW),
-        published: Instant::now(),
-        interval: Duration::from_secs(1),
-    }));
+    st.on_frame(frame(
+        &info,
+        1,
+        src.sample_at(DEMO_START, NOW),
+        Instant::now(),
+    ));
     assert_eq!(st.update(Command::Kill), gpuwatch::tui::state::Effect::None);
     assert!(st.kill.is_none());
     assert!(st.message.as_deref().unwrap_or("").contains("read-only"));
@@ -442,13 +456,12 @@ fn a_paused_screen_says_how_old_it_is() {
         }
         let back = 19.0 - f64::from(i);
         last = Instant::now();
-        st.on_frame(Arc::new(Frame {
-            seq: u64::from(i) + 1,
-            source: Arc::clone(&info),
-            sample: src.sample_at(DEMO_START - back, NOW - back),
-            published: last,
-            interval: Duration::from_secs(1),
-        }));
+        st.on_frame(frame(
+            &info,
+            u64::from(i) + 1,
+            src.sample_at(DEMO_START - back, NOW - back),
+            last,
+        ));
     }
     let text = screen(&mut st, 160, 40, fresh(last));
     let header = text.lines().next().unwrap_or("");

@@ -12,7 +12,7 @@
 //! - the memory split ([`MemSplit`]): *external* is everything in `used` that is not mine,
 //!   unattributed memory included (DESIGN §3); an unknown value is never summed;
 //! - growth and time to full are the detector's ([`crate::history::gpu_growth`]: time to full
-//!   only while the growth is a ramp).
+//!   only while the growth is a ramp, or the open filling-up finding's while there is one).
 
 pub mod split;
 
@@ -58,7 +58,8 @@ pub struct GpuAnalysis {
     pub split: Option<MemSplit>,
     /// The detector's growth of memory used, bytes per second.
     pub growth_bytes_per_s: Option<f64>,
-    /// Seconds until full at that growth, only while the growth is a ramp.
+    /// Seconds until full: the open filling-up finding's while there is one, else at that
+    /// growth while it is a ramp.
     pub time_to_full_s: Option<f64>,
 }
 
@@ -274,12 +275,19 @@ impl Analyzer {
         events: Vec<FindingEvent>,
     ) -> Analysis {
         let watched = |p: &ProcSample| mine.contains(&p.pid);
-        let gpus = gpus(&self.history, &frame.sample, self.rules(), &watched);
+        let findings: Vec<Finding> = self.detector.open().into_iter().cloned().collect();
+        let gpus = gpus(
+            &self.history,
+            &frame.sample,
+            self.rules(),
+            &watched,
+            &findings,
+        );
         Analysis {
             frame: Arc::clone(frame),
             mine,
             gpus,
-            findings: self.detector.open().into_iter().cloned().collect(),
+            findings,
             events,
         }
     }
@@ -309,6 +317,7 @@ fn gpus(
     sample: &Sample,
     rules: &Rules,
     watched: &dyn Fn(&ProcSample) -> bool,
+    findings: &[Finding],
 ) -> Vec<GpuAnalysis> {
     sample
         .gpus
@@ -322,7 +331,13 @@ fn gpus(
                 index: g.index,
                 split: MemSplit::of(g, watched),
                 growth_bytes_per_s: growth.map(|gr| gr.rate),
-                time_to_full_s: growth.and_then(|gr| gr.time_to_full),
+                // While filling-up is open, its time to full (held over a partial free, or
+                // from the line of the peaks): the panel and /metrics say what the finding says.
+                time_to_full_s: findings
+                    .iter()
+                    .find(|f| f.id.rule == crate::detect::RuleKind::FillingUp && f.id.gpu == g.uuid)
+                    .and_then(|f| f.time_to_full_s)
+                    .or_else(|| growth.and_then(|gr| gr.time_to_full)),
             }
         })
         .collect()

@@ -7,7 +7,7 @@ use crate::config::Config;
 
 pub(crate) fn daemon(g: &GlobalArgs, config: &Config, args: &DaemonArgs) -> Result<u8> {
     let server = crate::serve::Options::from_args(args, &config.daemon).map_err(Failure::setup)?;
-    let sampler = start(g, config, None, true)?;
+    let sampler = start(g, config, None, true, true)?;
     let watch = watch_set(config, &sampler.info());
     // A simulated source (--demo, --scenario, --replay) records no history unless asked
     // with --history PATH: its jobs must not enter the real history.

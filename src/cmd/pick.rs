@@ -6,7 +6,7 @@ use crate::config::Config;
 
 pub(crate) fn pick(g: &GlobalArgs, config: &Config, _args: &PickArgs) -> Result<u8> {
     let rt = runtime()?;
-    let sampler = start(g, config, None, false)?;
+    let sampler = start(g, config, None, false, false)?;
     let frame = first_frame(&rt, &sampler, config)?;
     let p = &config.pick;
     match crate::pick::pick(&frame.sample, p.min_free, p.count as usize) {

@@ -9,7 +9,7 @@ use crate::config::Config;
 pub(crate) fn record(g: &GlobalArgs, config: &Config, args: &RecordArgs) -> Result<u8> {
     let file = open_new(&args.file, args.force)?;
     let rt = runtime()?;
-    let sampler = start(g, config, None, false)?;
+    let sampler = start(g, config, None, false, false)?;
     let first = first_frame(&rt, &sampler, config)?;
     let mut recorder = crate::record::Recorder::new(
         std::io::BufWriter::new(file),

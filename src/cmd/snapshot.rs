@@ -19,7 +19,7 @@ pub(crate) fn snapshot(g: &GlobalArgs, config: &Config, args: &SnapshotArgs) -> 
         ));
     }
     let rt = runtime()?;
-    let sampler = start(g, config, args.at, false)?;
+    let sampler = start(g, config, args.at, false, false)?;
     let frame = first_frame(&rt, &sampler, config)?;
     let gpus = select_gpus(&frame, &args.gpu)?;
     let set = watch_set(config, &frame.source);

@@ -142,7 +142,7 @@ pub(crate) fn dashboard(g: &GlobalArgs, config: &Config) -> Result<u8> {
     }
     raise_open_files_limit();
     // The dashboard opens at once; the first frame arrives when the source answers.
-    let sampler = start(g, config, None, false)?;
+    let sampler = start(g, config, None, false, true)?;
     let watch = watch_set(config, &sampler.info());
     let options = crate::tui::TuiOptions {
         // The dashboard runs on a terminal, so `auto` means colour.
@@ -161,7 +161,7 @@ pub(crate) fn dashboard(g: &GlobalArgs, config: &Config) -> Result<u8> {
 /// The snapshot table, redrawn on every frame, for output that is not a terminal.
 fn live_table(g: &GlobalArgs, config: &Config) -> Result<u8> {
     let rt = runtime()?;
-    let sampler = start(g, config, None, false)?;
+    let sampler = start(g, config, None, false, false)?;
     let first = first_frame(&rt, &sampler, config)?;
     let set = watch_set(config, &first.source);
     let tty = std::io::stdout().is_terminal();

@@ -164,6 +164,7 @@ fn run_sampler(g: &GlobalArgs, config: &Config) -> (Option<Sampler>, Option<Stri
         g,
         config,
         None,
+        false,
         SamplerOptions {
             interval,
             slow_interval: config.sampling.slow_interval.max(interval),

@@ -79,6 +79,24 @@ impl ScriptedSource {
             .unwrap_or_else(|| self.offset + self.started.elapsed().as_secs_f64() * self.speed)
     }
 
+    /// The timeline before scenario time `t`, every `step` (wall time) over `span`, oldest
+    /// first, stamped that long before `wall` ([`GpuSource::past`] at now; pure otherwise).
+    pub fn past_at(&self, t: f64, wall: f64, span: Duration, step: Duration) -> Vec<Sample> {
+        let step_s = step.as_secs_f64();
+        if step_s <= 0.0 {
+            return Vec::new();
+        }
+        // At most one sample per step, and never a million of them for a tiny step.
+        let n = ((span.as_secs_f64() / step_s).floor() as usize).min(100_000);
+        (1..=n)
+            .rev()
+            .map(|k| {
+                let back = k as f64 * step_s;
+                self.sample_at(t - back * self.speed, wall - back)
+            })
+            .collect()
+    }
+
     /// The sample the scenario describes at time `t` (pure: no sleeping, no clock).
     pub fn sample_at(&self, t: f64, taken_at: f64) -> Sample {
         let gpus = self
@@ -310,23 +328,10 @@ impl GpuSource for ScriptedSource {
     /// The timeline before now, every `step` over `span` (scenario time runs `speed` times
     /// as fast), stamped that long before the wall clock's now.
     fn past(&self, span: Duration, step: Duration) -> Vec<Sample> {
-        let step_s = step.as_secs_f64();
-        if step_s <= 0.0 {
-            return Vec::new();
-        }
-        let t = self.now();
         let wall = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64());
-        // At most one sample per step, and never a million of them for a tiny step.
-        let n = ((span.as_secs_f64() / step_s).floor() as usize).min(100_000);
-        (1..=n)
-            .rev()
-            .map(|k| {
-                let back = k as f64 * step_s;
-                self.sample_at(t - back * self.speed, wall - back)
-            })
-            .collect()
+        self.past_at(self.now(), wall, span, step)
     }
 }
 
@@ -391,6 +396,53 @@ mod tests {
             "{:#?}",
             analyzer.open()
         );
+    }
+
+    /// While filling-up is open, the analysis's time to full (the panel's "full in" and
+    /// /metrics) is the finding's, also on frames whose window alone is no ramp.
+    #[test]
+    fn the_time_to_full_of_a_gpu_is_its_open_filling_up_findings() {
+        use crate::analysis::{Analyzer, Detail};
+        let demo = ScriptedSource::demo().expect("demo");
+        let info = std::sync::Arc::new(demo.info());
+        let mut analyzer = Analyzer::new(
+            crate::detect::Rules::default(),
+            Duration::from_mins(10),
+            Detail::Full,
+            crate::watch::WatchSet::new(Vec::new(), Some("alice".into())),
+        );
+        let wall = 1_800_000_000.0;
+        analyzer.prime(
+            demo.past_at(
+                DEMO_START,
+                wall,
+                crate::source::PREROLL,
+                Duration::from_secs(1),
+            ),
+            &info,
+        );
+        let mut open_frames = 0;
+        for i in 0..40u32 {
+            let t = f64::from(i);
+            let frame = std::sync::Arc::new(crate::model::Frame {
+                seq: u64::from(i) + 1,
+                source: std::sync::Arc::clone(&info),
+                sample: demo.sample_at(DEMO_START + t, wall + t),
+                published: Instant::now(),
+                interval: Duration::from_secs(1),
+            });
+            let a = analyzer.push(&frame);
+            for f in a
+                .findings
+                .iter()
+                .filter(|f| f.id.rule.name() == "filling-up")
+            {
+                open_frames += 1;
+                let shown = a.gpu(&f.id.gpu).and_then(|g| g.time_to_full_s);
+                assert_eq!(shown, f.time_to_full_s, "at DEMO_START + {t}");
+            }
+        }
+        assert!(open_frames > 0, "GPU 3 fills at the demo's start");
     }
 
     #[test]

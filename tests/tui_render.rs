@@ -418,7 +418,7 @@ fn a_cut_findings_panel_says_how_many_it_shows() {
     let findings: Vec<&&str> = lines.iter().filter(|l| l.contains("! ")).collect();
     assert_eq!(findings.len(), 8, "a fifth of 40 lines\n{screen}");
     assert!(
-        findings[7].starts_with("(8 of 10 shown) ! "),
+        findings[7].starts_with("(8 of 10 shown, f: scroll) ! "),
         "{:?}\n{screen}",
         findings[7]
     );

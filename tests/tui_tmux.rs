@@ -677,3 +677,88 @@ fn the_demo_tells_all_its_stories_within_ten_seconds_and_changes_within_a_minute
         started.elapsed()
     );
 }
+
+/// The findings lines of a screen (`! …`, or the panel's last line when it is cut).
+fn finding_lines(s: &str) -> Vec<&str> {
+    s.lines()
+        .filter(|l| l.starts_with("! ") || l.contains(") ! "))
+        .collect()
+}
+
+#[test]
+fn the_findings_panel_takes_the_keys_scrolls_and_goes_to_a_findings_process_or_gpu() {
+    // The demo at the default interval, first at 80×24: its six findings do not fit the panel.
+    let script = format!(
+        "'{}' --demo; echo \"EXITED rc=$?\"; sleep 60",
+        gpuwatch_bin()
+    );
+    let t = Tmux::session("findings", (80, 24), None, Duration::from_secs(15), &script);
+    let s = t.wait_for("a cut findings panel", |s| {
+        s.lines().any(|l| l.contains(" shown, f: scroll) ! "))
+    });
+    let total: usize = {
+        let line = s.lines().find(|l| l.contains(" shown, f: scroll)")).unwrap();
+        let of = line.split(" of ").nth(1).unwrap();
+        of.split(' ').next().unwrap().parse().unwrap()
+    };
+    assert!(total >= 5, "{s}");
+    // `f` gives the panel the keys; End scrolls to its last finding.
+    t.keys(&["f", "End"]);
+    let s = t.wait_for("the panel scrolled to its end", |s| {
+        s.lines()
+            .any(|l| l.contains(&format!(" of {total}) ! ")) && l.contains(&format!("–{total} ")))
+    });
+    assert!(s.contains("Esc back"), "the footer says how to leave:\n{s}");
+    // Back to the table, on a 160×48 screen where the panel shows them all.
+    t.keys(&["Escape"]);
+    t.tmux(&["resize-window", "-t", "t", "-x", "160", "-y", "48"]);
+    let s = t.wait_for("every finding on screen", |s| {
+        finding_lines(s).len() >= total && !s.contains(" shown, f: scroll)")
+    });
+    // Enter on the leak goes to the leaking process's row.
+    let lines = finding_lines(&s);
+    let leak = lines
+        .iter()
+        .position(|l| l.contains("leak suspected: pid 2207"))
+        .unwrap_or_else(|| panic!("the leak is listed:\n{s}"));
+    let mut keys = vec!["f", "Home"];
+    keys.extend(std::iter::repeat_n("Down", leak));
+    keys.push("Enter");
+    t.keys(&keys);
+    let s = t.wait_for("the leaker selected", |s| s.contains("PID 2207 on GPU 1"));
+    let styled = t.tmux(&["capture-pane", "-p", "-e", "-t", "t"]);
+    assert_eq!(
+        selected_pid(&styled, &[2207, 2101, 2350, 4120, 3011, 91234]),
+        Some(2207),
+        "the leaker's row is the selected one:\n{s}"
+    );
+    // Enter on a finding about a GPU as a whole shows that GPU alone.
+    let lines = finding_lines(&s);
+    let near = lines
+        .iter()
+        .position(|l| l.contains("GPU 3 is 9") && l.contains("% full ("))
+        .unwrap_or_else(|| panic!("GPU 3 near capacity is listed:\n{s}"));
+    let mut keys = vec!["f", "Home"];
+    keys.extend(std::iter::repeat_n("Down", near));
+    keys.push("Enter");
+    t.keys(&keys);
+    let s = t.wait_for("GPU 3 alone", |s| s.contains("GPU 3 only"));
+    assert!(
+        s.contains("GPU 3 H200")
+            && !s.contains("GPU 1 H200")
+            && !s.lines().any(|l| !l.starts_with('!') && l.contains(" 2207 ")),
+        "only GPU 3's panel and processes:\n{s}"
+    );
+    // The findings view lists every finding with its history.
+    t.keys(&["F"]);
+    let s = t.wait_for("the findings view", |s| s.contains("FINDINGS: "));
+    for rule in ["leak-suspected", "near-capacity", "idle-holder", "external-pressure"] {
+        assert!(
+            s.lines().any(|l| l.contains(" open ") || l.starts_with("▶ open"))
+                && s.contains(rule),
+            "{rule} in the view:\n{s}"
+        );
+    }
+    t.keys(&["Escape", "Escape", "q"]);
+    t.wait_for("exit", |s| s.contains("EXITED rc=0"));
+}

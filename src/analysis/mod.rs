@@ -20,7 +20,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::detect::{Detector, Finding, FindingEvent, Rules};
+use crate::detect::{Detector, Finding, FindingEvent, FindingLog, Rules};
 use crate::history::History;
 use crate::model::{Frame, ProcSample, Sample, SourceInfo, SourceKind};
 use crate::watch::WatchSet;
@@ -110,6 +110,8 @@ pub struct Analyzer {
     parents: Option<Parents>,
     remote: bool,
     mine: Arc<HashSet<u32>>,
+    /// Every finding's lifecycle, primed past included (the dashboard's findings view).
+    log: FindingLog,
 }
 
 impl Analyzer {
@@ -128,6 +130,7 @@ impl Analyzer {
             parents: None,
             remote: false,
             mine: Arc::new(HashSet::new()),
+            log: FindingLog::default(),
         }
     }
 
@@ -156,6 +159,11 @@ impl Analyzer {
     /// The findings open now, most severe first.
     pub fn open(&self) -> Vec<&Finding> {
         self.detector.open()
+    }
+
+    /// Every finding's lifecycle so far (bounded).
+    pub fn log(&self) -> &FindingLog {
+        &self.log
     }
 
     /// Marks or unmarks a PID as mine; returns whether it is marked now.
@@ -220,6 +228,7 @@ impl Analyzer {
             None,
             &watched,
         );
+        self.log.record(&events);
         self.mine = Arc::clone(&mine);
         self.analysis(frame, mine, events)
     }
@@ -227,7 +236,7 @@ impl Analyzer {
     /// Runs a source's past ([`crate::sampler::Sampler::take_past`]) through the history and
     /// the detector, as if gpuwatch had been running: the findings it leaves open are on
     /// screen from the first live frame. Its events are history, not news: none is returned
-    /// (no sink hears of them, no bell rings).
+    /// (no sink hears of them, no bell rings); the log keeps them.
     pub fn prime(&mut self, past: Vec<Sample>, source: &Arc<SourceInfo>) {
         // The past's samples are one interval apart.
         let interval = match past.as_slice() {
@@ -259,13 +268,15 @@ impl Analyzer {
     pub fn tick(&mut self, frame: &Frame, now: f64, stale_after: Duration) -> Vec<FindingEvent> {
         let mine = Arc::clone(&self.mine);
         let watched = |p: &ProcSample| mine.contains(&p.pid);
-        self.detector.step(
+        let events = self.detector.step(
             &self.history,
             &frame.sample,
             now,
             Some(stale_after),
             &watched,
-        )
+        );
+        self.log.record(&events);
+        events
     }
 
     fn analysis(

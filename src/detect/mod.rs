@@ -6,6 +6,7 @@
 pub mod bench;
 pub mod finding;
 pub mod level;
+pub mod log;
 pub mod rules;
 
 use std::collections::HashMap;
@@ -13,6 +14,7 @@ use std::time::Duration;
 
 pub use finding::{Culprit, Finding, FindingEvent, FindingId, RuleKind, Severity};
 pub use level::{MemLevel, MemLevels};
+pub use log::{FindingLog, LogEntry};
 pub use rules::{Input, evaluate};
 
 /// Thresholds of every rule. Defaults are the issue's; all live in the config file's

@@ -18,6 +18,8 @@ pub enum Scope {
     Chart,
     /// The kill confirmation.
     Dialog,
+    /// The findings panel (`f`) and the findings view (`F`).
+    Findings,
 }
 
 /// One binding: the keys, what they do, and the help text.
@@ -207,6 +209,76 @@ pub const BINDINGS: &[Binding] = &[
         "memory chart of the GPU",
     ),
     b(
+        &[KeyCode::Char('f')],
+        Scope::Table,
+        Command::FocusFindings,
+        "f",
+        "keys to the findings panel (↑↓ move, Enter go to, Esc back)",
+    ),
+    b(
+        &[KeyCode::Char('F')],
+        Scope::Global,
+        Command::OpenFindings,
+        "F",
+        "findings view: every finding, opened / updated / resolved",
+    ),
+    b(
+        &[KeyCode::Up, KeyCode::Char('k')],
+        Scope::Findings,
+        Command::Up,
+        "↑ k",
+        "previous finding",
+    ),
+    b(
+        &[KeyCode::Down, KeyCode::Char('j')],
+        Scope::Findings,
+        Command::Down,
+        "↓ j",
+        "next finding",
+    ),
+    b(
+        &[KeyCode::PageUp],
+        Scope::Findings,
+        Command::PageUp,
+        "PgUp",
+        "findings page up",
+    ),
+    b(
+        &[KeyCode::PageDown],
+        Scope::Findings,
+        Command::PageDown,
+        "PgDn",
+        "findings page down",
+    ),
+    b(
+        &[KeyCode::Home],
+        Scope::Findings,
+        Command::Home,
+        "Home",
+        "first finding",
+    ),
+    b(
+        &[KeyCode::End],
+        Scope::Findings,
+        Command::End,
+        "End",
+        "last finding",
+    ),
+    b(
+        &[KeyCode::Enter],
+        Scope::Findings,
+        Command::GoToFinding,
+        "Enter",
+        "go to the finding's process, or its GPU alone",
+    ),
+    b(
+        &[KeyCode::Char('f')],
+        Scope::Findings,
+        Command::FocusFindings,
+        "f",
+        "keys back to the table",
+    ),
+    b(
         &[KeyCode::Char('w')],
         Scope::Table,
         Command::ToggleWatchPid,
@@ -301,6 +373,7 @@ pub fn applies(scope: Scope, mode: Mode) -> bool {
         Mode::Table => matches!(scope, Scope::Global | Scope::Table),
         Mode::Detail => matches!(scope, Scope::Global | Scope::Detail),
         Mode::Chart => matches!(scope, Scope::Global | Scope::Chart),
+        Mode::Findings => matches!(scope, Scope::Global | Scope::Findings),
         Mode::Filter => false,
     }
 }
@@ -315,7 +388,13 @@ mod tests {
 
     #[test]
     fn no_key_is_bound_twice_in_one_mode() {
-        for mode in [Mode::Table, Mode::Detail, Mode::Chart, Mode::Dialog] {
+        for mode in [
+            Mode::Table,
+            Mode::Detail,
+            Mode::Chart,
+            Mode::Dialog,
+            Mode::Findings,
+        ] {
             let mut seen = std::collections::HashSet::new();
             for b in BINDINGS.iter().filter(|b| applies(b.scope, mode)) {
                 for k in b.keys {

@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use super::layout::{self, Layout};
 use super::state::UiState;
+use crate::detect::Severity;
 
 /// What the bottom rows of the table say about a GPU's memory outside the process rows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -18,19 +19,61 @@ pub enum Unattributed {
     NoProcessList,
 }
 
+/// Where `Enter` on a finding goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GoTo {
+    /// The GPU's panel and processes (a finding about the GPU as a whole).
+    Gpu(u32),
+    /// The process's row (a finding about one process).
+    Process { gpu: u32, pid: u32 },
+}
+
+impl GoTo {
+    /// Where a finding about `gpu` (and `pid`, for a per-process rule) goes.
+    pub fn of(gpu: Option<u32>, pid: Option<u32>) -> Option<Self> {
+        match (gpu, pid) {
+            (Some(gpu), Some(pid)) => Some(GoTo::Process { gpu, pid }),
+            (Some(gpu), None) => Some(GoTo::Gpu(gpu)),
+            (None, _) => None,
+        }
+    }
+}
+
+/// One line of the findings panel.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PanelLine {
+    /// Terminal-safe text: `[severity] summary`, or a source problem.
+    pub text: String,
+    pub severity: Severity,
+    pub goes_to: Option<GoTo>,
+}
+
+impl PanelLine {
+    fn problem(text: String) -> Self {
+        Self {
+            text,
+            severity: Severity::Warning,
+            goes_to: None,
+        }
+    }
+}
+
 impl UiState {
-    /// What the findings panel lists: source health, until the detector adds its findings.
-    pub fn findings_lines(&self, mono: Instant) -> Vec<String> {
+    /// What the findings panel lists: a lost link, a stale source, the detector's findings
+    /// (most severe first), then single calls that failed.
+    pub fn findings_lines(&self, mono: Instant) -> Vec<PanelLine> {
         let mut out = Vec::new();
         if let Some((url, link @ crate::remote::Link::Disconnected { .. })) = &self.link {
-            out.push(crate::remote::describe(link, url, mono).0);
+            out.push(PanelLine::problem(
+                crate::remote::describe(link, url, mono).0,
+            ));
         }
         let Some(frame) = self.latest.as_ref() else {
             if let Some(c) = self.in_flight.as_ref().filter(|c| c.is_stuck(mono)) {
-                out.push(format!(
+                out.push(PanelLine::problem(format!(
                     "no sample yet: {} (is the driver hung?)",
                     c.describe(mono)
-                ));
+                )));
             }
             return out;
         };
@@ -40,18 +83,18 @@ impl UiState {
                 .in_flight
                 .as_ref()
                 .map_or_else(String::new, |c| format!(": {}", c.describe(mono)));
-            out.push(format!(
+            out.push(PanelLine::problem(format!(
                 "source stale: no sample for {:.0}s{waiting}",
                 age.as_secs_f64()
-            ));
+            )));
         }
         // The detector's findings (source health included), most severe first.
         for f in self.analyzer.open() {
-            out.push(format!(
-                "[{}] {}",
-                f.severity,
-                crate::text::clean(&f.summary)
-            ));
+            out.push(PanelLine {
+                text: format!("[{}] {}", f.severity, crate::text::clean(&f.summary)),
+                severity: f.severity,
+                goes_to: GoTo::of(f.gpu_index, f.id.pid),
+            });
         }
         // Single calls that failed on a GPU that is still there (a permission, a transient error).
         for g in &frame.sample.gpus {
@@ -59,12 +102,15 @@ impl UiState {
                 continue;
             }
             for e in &g.errors {
-                out.push(format!(
-                    "GPU {}: {} failed: {}",
-                    g.index,
-                    crate::text::clean(&e.call),
-                    crate::text::clean(&e.error)
-                ));
+                out.push(PanelLine {
+                    goes_to: Some(GoTo::Gpu(g.index)),
+                    ..PanelLine::problem(format!(
+                        "GPU {}: {} failed: {}",
+                        g.index,
+                        crate::text::clean(&e.call),
+                        crate::text::clean(&e.error)
+                    ))
+                });
             }
         }
         out

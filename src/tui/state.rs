@@ -65,6 +65,8 @@ pub enum Mode {
     Detail,
     Chart,
     Dialog,
+    /// The findings panel has the keys (`f`), or the findings view is open (`F`).
+    Findings,
 }
 
 /// Everything input, frames and effect results can ask of the state.
@@ -93,6 +95,12 @@ pub enum Command {
     OpenDetail,
     ToggleTree,
     OpenChart,
+    /// Move the keys into the findings panel, or back to the table (`f`).
+    FocusFindings,
+    /// The findings view: every finding with its history (`F`).
+    OpenFindings,
+    /// Go to the GPU or process of the finding under the cursor (`Enter` on a finding).
+    GoToFinding,
     ToggleWatchPid,
     ToggleWatchUser,
     Kill,
@@ -131,6 +139,8 @@ pub enum View {
     Tree,
     Detail(ProcKey),
     Chart { gpu: String },
+    /// Every finding of this session (and the primed past), open and resolved.
+    Findings,
 }
 
 /// The kill confirmation.
@@ -216,6 +226,12 @@ pub struct UiState {
     pub kill: Option<KillPrompt>,
     pub detail: Option<ProcDetail>,
     pub tree: Vec<TreeRow>,
+    /// The findings panel has the keys: the cursor moves over its lines.
+    pub findings_focus: bool,
+    /// The cursor in the findings panel…
+    pub findings_cursor: usize,
+    /// …and in the findings view.
+    pub log_cursor: usize,
     tree_read_at: Option<Instant>,
     pub chart_span: usize,
     pub message: Option<String>,
@@ -259,6 +275,9 @@ impl UiState {
             kill: None,
             detail: None,
             tree: Vec::new(),
+            findings_focus: false,
+            findings_cursor: 0,
+            log_cursor: 0,
             tree_read_at: None,
             chart_span: 3,
             message: None,
@@ -286,6 +305,8 @@ impl UiState {
             Mode::Dialog
         } else {
             match self.view {
+                View::Findings => Mode::Findings,
+                View::Table | View::Tree if self.findings_focus => Mode::Findings,
                 View::Table | View::Tree => Mode::Table,
                 View::Detail(_) => Mode::Detail,
                 View::Chart { .. } => Mode::Chart,
@@ -638,7 +659,34 @@ impl UiState {
             | Command::ScrollDown
             | Command::Click(..)
             | Command::Resize(..) => {
-                self.navigate(cmd);
+                if self.mode() == Mode::Findings && !matches!(cmd, Command::Click(..) | Command::Resize(..)) {
+                    self.move_in_findings(cmd);
+                } else {
+                    self.navigate(cmd);
+                }
+                Effect::None
+            }
+            Command::FocusFindings => {
+                if self.view == View::Findings {
+                    self.view = View::Table;
+                    self.findings_focus = false;
+                } else {
+                    self.findings_focus = !self.findings_focus;
+                }
+                Effect::None
+            }
+            Command::OpenFindings => {
+                self.findings_focus = false;
+                self.view = if self.view == View::Findings {
+                    View::Table
+                } else {
+                    self.log_cursor = 0;
+                    View::Findings
+                };
+                Effect::None
+            }
+            Command::GoToFinding => {
+                self.go_to_finding();
                 Effect::None
             }
             Command::SortNext
@@ -830,11 +878,112 @@ impl UiState {
         self.rebuild_rows();
     }
 
+    /// The cursor of the findings panel or view.
+    fn move_in_findings(&mut self, cmd: Command) {
+        let in_view = self.view == View::Findings;
+        let (count, page) = if in_view {
+            let body = self.layout().body.height.saturating_sub(1);
+            (self.analyzer.log().len(), usize::from(body).max(1))
+        } else {
+            let l = self.layout();
+            (
+                self.findings_lines(Instant::now()).len(),
+                usize::from(l.findings.height).max(1),
+            )
+        };
+        let cursor = if in_view {
+            self.log_cursor
+        } else {
+            self.findings_cursor
+        };
+        let next = match cmd {
+            Command::Up => cursor.saturating_sub(1),
+            Command::Down => cursor + 1,
+            Command::PageUp => cursor.saturating_sub(page),
+            Command::PageDown => cursor + page,
+            Command::Home => 0,
+            Command::End => count,
+            Command::ScrollUp => cursor.saturating_sub(3),
+            Command::ScrollDown => cursor + 3,
+            _ => cursor,
+        }
+        .min(count.saturating_sub(1));
+        if in_view {
+            self.log_cursor = next;
+        } else {
+            self.findings_cursor = next;
+        }
+    }
+
+    /// Where the finding under the cursor goes, if anywhere.
+    pub fn finding_target(&self) -> Option<super::shown::GoTo> {
+        if self.view == View::Findings {
+            let log = self.analyzer.log().listed();
+            let e = log.get(self.log_cursor.min(log.len().saturating_sub(1)))?;
+            super::shown::GoTo::of(e.gpu_index, e.id.pid)
+        } else {
+            let lines = self.findings_lines(Instant::now());
+            lines
+                .get(self.findings_cursor.min(lines.len().saturating_sub(1)))?
+                .goes_to
+        }
+    }
+
+    /// `Enter` on a finding: its process's row, or its GPU alone; the keys go back to the table.
+    fn go_to_finding(&mut self) {
+        use super::shown::GoTo;
+        let Some(target) = self.finding_target() else {
+            self.message = Some("this line is about no GPU or process".to_string());
+            return;
+        };
+        self.findings_focus = false;
+        self.view = View::Table;
+        match target {
+            GoTo::Gpu(gpu) => {
+                self.gpu_filter = Some(gpu);
+                self.offset = 0;
+                self.rebuild_rows();
+                self.message = Some(format!("GPU {gpu} only (g: the next GPU, Esc: all GPUs)"));
+            }
+            GoTo::Process { gpu, pid } => {
+                if self.gpu_filter.is_some_and(|g| g != gpu) {
+                    self.gpu_filter = None;
+                }
+                let find = |s: &Self| {
+                    let frame = s.shown.as_ref()?;
+                    s.rows.iter().position(|r| {
+                        let g = &frame.sample.gpus[r.gpu];
+                        g.index == gpu && g.processes.get(r.proc).is_some_and(|p| p.pid == pid)
+                    })
+                };
+                self.rebuild_rows();
+                let mut at = find(self);
+                if at.is_none() && !self.filter.is_empty() {
+                    // The filter hid it: the finding matters more than the filter.
+                    self.filter.clear();
+                    self.rebuild_rows();
+                    at = find(self);
+                }
+                match at {
+                    Some(i) => {
+                        self.select(i);
+                        self.message = Some(format!("PID {pid} on GPU {gpu}"));
+                    }
+                    None => {
+                        self.message = Some(format!("PID {pid} is no longer on GPU {gpu}"));
+                    }
+                }
+            }
+        }
+    }
+
     fn back(&mut self) {
         if self.help {
             self.help = false;
         } else if self.kill.is_some() {
             self.kill = None;
+        } else if self.findings_focus {
+            self.findings_focus = false;
         } else if self.view != View::Table {
             self.view = View::Table;
             self.detail = None;

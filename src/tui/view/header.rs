@@ -5,6 +5,7 @@ use ratatui::layout::Rect;
 use ratatui::text::{Line, Span};
 
 use super::Context;
+use crate::detect::Severity;
 use crate::tui::state::{Mode, SortKey, UiState};
 
 /// The header: who and what is watched, how fresh the data is.
@@ -88,30 +89,41 @@ pub fn render(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Context) {
 pub fn render_findings(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Context) {
     let t = ctx.theme;
     let list = state.findings_lines(ctx.mono);
+    let height = usize::from(area.height);
     let lines: Vec<Line> = if list.is_empty() {
         vec![Line::from(Span::styled("✓ no findings", t.dim()))]
     } else {
-        let more = list.len().saturating_sub(usize::from(area.height));
-        list.iter()
-            .take(usize::from(area.height))
-            .enumerate()
-            .map(|(i, s)| {
-                let mut text = format!("! {s}");
-                if more > 0 && i + 1 == usize::from(area.height) {
+        let cursor = state.findings_cursor.min(list.len() - 1);
+        let focus = state.findings_focus;
+        // The window keeps the cursor in view while the panel has the keys.
+        let start = if focus {
+            (cursor + 1).saturating_sub(height)
+        } else {
+            0
+        };
+        let end = (start + height).min(list.len());
+        let cut_off = end - start < list.len();
+        (start..end)
+            .map(|i| {
+                let line = &list[i];
+                let mut text = format!("! {}", line.text);
+                if cut_off && i + 1 == end {
                     // Said first, so that a long finding does not cut it off.
-                    text = format!(
-                        "({} of {} shown) ! {s}",
-                        usize::from(area.height),
-                        list.len()
-                    );
+                    let count = if focus {
+                        format!("({}–{end} of {})", start + 1, list.len())
+                    } else {
+                        format!("({} of {} shown, f: scroll)", end - start, list.len())
+                    };
+                    text = format!("{count} {text}");
                 }
-                let style = if s.starts_with("[critical]") {
-                    t.bad()
-                } else if s.starts_with("[info]") {
-                    t.dim()
-                } else {
-                    t.warn()
+                let mut style = match line.severity {
+                    Severity::Critical => t.bad(),
+                    Severity::Info => t.dim(),
+                    Severity::Warning => t.warn(),
                 };
+                if focus && i == cursor {
+                    style = style.patch(t.selected());
+                }
                 Line::from(Span::styled(
                     super::cut(&text, usize::from(area.width)),
                     style,
@@ -170,6 +182,21 @@ pub fn render_footer(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Conte
             super::draw_lines(f, area, &[Line::from(spans)]);
             return;
         }
+        if state.mode() == Mode::Findings {
+            hint(&mut spans, "Esc", "back".into());
+            hint(&mut spans, "↑↓", "move".into());
+            hint(&mut spans, "⏎", "go to".into());
+            if state.view == crate::tui::state::View::Findings {
+                hint(&mut spans, "F", "close".into());
+            } else {
+                hint(&mut spans, "F", "all findings".into());
+            }
+            hint(&mut spans, "p", pause.into());
+            hint(&mut spans, "?", "help".into());
+            hint(&mut spans, "q", "quit".into());
+            super::draw_lines(f, area, &[Line::from(spans)]);
+            return;
+        }
         hint(&mut spans, "q", "quit".into());
         hint(&mut spans, "?", "help".into());
         hint(
@@ -193,6 +220,7 @@ pub fn render_footer(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Conte
         hint(&mut spans, "g", gpu);
         hint(&mut spans, "⏎", "detail".into());
         hint(&mut spans, "t", "tree".into());
+        hint(&mut spans, "f", "findings".into());
         hint(&mut spans, "c", "chart".into());
         if !state.read_only {
             hint(&mut spans, "K", "kill".into());

@@ -5,14 +5,15 @@
 //! │ GPU panels: name, memory bar mine|external|unattributed|free, used/total,            │
 //! │   util and memory-bandwidth sparklines, temperature vs slowdown, power, clocks, PCIe │
 //! │   (one line per GPU when space is short; two columns on wide screens)                │
-//! │ body: process table | tree | process detail | memory chart                           │
-//! │ findings (source errors until the detector lands)                                    │
+//! │ body: process table | tree | process detail | memory chart | findings view           │
+//! │ findings panel: problems and open findings, most severe first (`f` scrolls it)      │
 //! └ footer: key hints, filter input, messages ──────────────────────────────────────────┘
 //! ```
 //! Overlays: help (`?`) and the kill confirmation.
 
 mod body;
 mod detail;
+mod findings;
 mod gpus;
 mod header;
 mod overlay;
@@ -69,7 +70,7 @@ pub fn tick_changes_screen(
         || stuck(state.in_flight.as_ref())
         || stuck(previous)
         || state.link.is_some()
-        || !matches!(state.view, View::Table | View::Tree)
+        || !matches!(state.view, View::Table | View::Tree | View::Findings)
 }
 
 /// Draws the whole screen.
@@ -83,6 +84,7 @@ pub fn render(f: &mut Frame<'_>, state: &UiState, ctx: &Context) {
         View::Tree => body::render_tree(f, a.body, state, ctx),
         View::Detail(key) => detail::render(f, a.body, state, ctx, key),
         View::Chart { gpu } => detail::render_chart(f, a.body, state, ctx, gpu),
+        View::Findings => findings::render(f, a.body, state, ctx),
     }
     header::render_findings(f, a.findings, state, ctx);
     header::render_footer(f, a.footer, state, ctx);

@@ -382,7 +382,7 @@ fn no_gpu_fact_is_cut_at_the_common_sizes() {
         let panels: Vec<&str> = text
             .lines()
             .skip(1)
-            .take_while(|l| !l.trim_start().starts_with("GPU     PID"))
+            .take_while(|l| !(l.contains(" PID ") && l.contains("GPU-MEM")))
             .collect();
         assert!(!panels.is_empty(), "{w}x{h}: no panels\n{text}");
         for l in &panels {
@@ -469,4 +469,113 @@ fn a_paused_screen_says_how_old_it_is() {
         header.contains("PAUSED (p): the screen is from 12 s ago"),
         "{header}"
     );
+}
+
+/// 8 GPUs × 50 processes, six findings or more: a fleet node's screen.
+fn eight_by_fifty() -> ScriptedSource {
+    let mut text = String::from("hostname = \"node-8x50\"\ndemo_user = \"u\"\n");
+    let mut pid = 10_000;
+    for g in 0..8 {
+        let _ = write!(
+            text,
+            "[[gpu]]\nname = \"NVIDIA H100 80GB HBM3\"\nmemory_total = \"80GiB\"\nmemory_reserved = \"512MiB\"\nbase_used = \"256MiB\"\nutil_gpu = 80\ntemperature = 60\npower = 500\nsm_clock = 1980\n"
+        );
+        // GPU 0: a leaker filling it up; GPU 1 and 5: an idle holder; GPU 2: an intruder.
+        let special = match g {
+            0 => Some(
+                "used = { linear = [[-1200, \"2GiB\"], [300, \"80GiB\"]] }\nsm = 90\nhost = { user = \"u\", command = \"python leak.py --keep-graph\" }\nstart = -1300\n",
+            ),
+            1 | 5 => Some(
+                "used = \"20GiB\"\nsm = 0\nhost = { user = \"carol\", command = \"python -m ipykernel_launcher -f /home/carol/.local/share/jupyter/runtime/kernel-1.json\" }\nstart = -7200\n",
+            ),
+            2 => Some(
+                "used = { linear = [[-50, \"0\"], [0, \"40GiB\"]] }\nsm = 60\nhost = { user = \"bob\", command = \"python eval.py --model llama-70b --batch-size 64\" }\nstart = -50\n",
+            ),
+            _ => None,
+        };
+        let n = if g < 2 { 7 } else { 6 };
+        for i in 0..n {
+            pid += 1;
+            let body = if let Some(special) = special.filter(|_| i == 0) {
+                special.to_string()
+            } else {
+                format!(
+                    "used = \"{}GiB\"\nsm = {}\nhost = {{ user = \"u\", command = \"python -m torch.distributed.run --nproc-per-node 8 train.py --local-rank={g} --worker={i}\", cpu = 99, rss = \"3GiB\" }}\nstart = -3000\n",
+                    1 + i % 3,
+                    40 + i
+                )
+            };
+            let _ = write!(text, "[[gpu.process]]\npid = {pid}\n{body}");
+        }
+    }
+    ScriptedSource::new(Scenario::parse(&text).expect("valid 8x50"), "8x50")
+}
+
+/// The five common sizes with 8 GPUs, 50 processes and six findings: no ranked GPU fact is
+/// cut, the findings panel says how many it shows, and the table says how many processes.
+#[test]
+fn eight_gpus_fifty_processes_six_findings_at_five_sizes() {
+    let src = eight_by_fifty();
+    let (mut st, last) = fed(&src, "u", 0.0, 620);
+    assert!(
+        st.analyzer.open().len() >= 6,
+        "six findings: {:?}",
+        st.analyzer
+            .open()
+            .iter()
+            .map(|f| f.summary.clone())
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(
+        st.shown
+            .as_ref()
+            .unwrap()
+            .sample
+            .gpus
+            .iter()
+            .map(|g| g.processes.len())
+            .sum::<usize>(),
+        50
+    );
+    for (w, h) in [(80, 24), (120, 40), (160, 48), (200, 60), (240, 60)] {
+        let text = screen(&mut st, w, h, fresh(last));
+        let lines: Vec<&str> = text.lines().collect();
+        let table = lines
+            .iter()
+            .position(|l| l.contains(" PID ") && l.contains("GPU-MEM"))
+            .unwrap_or_else(|| panic!("{w}x{h}: the table header\n{text}"));
+        for l in &lines[1..table] {
+            assert!(
+                !l.contains('…'),
+                "{w}x{h}: a GPU fact is cut: {l:?}\n{text}"
+            );
+        }
+        assert!(
+            lines[table].contains(" of 50 processes"),
+            "{w}x{h}: the table says how many it shows\n{text}"
+        );
+        insta::assert_snapshot!(format!("eight_by_fifty_{w}x{h}"), text);
+    }
+}
+
+/// Sorted by any column, its header keeps its whole name and the arrow, at 80 and 160 columns.
+#[test]
+fn the_sort_arrow_never_cuts_a_column_header() {
+    use gpuwatch::tui::state::SortKey;
+    for key in SortKey::CYCLE {
+        for w in [80, 160] {
+            let (mut st, last) = fed(&demo(), "alice", DEMO_START, 3);
+            st.update(Command::SortBy(key));
+            let text = screen(&mut st, w, 40, fresh(last));
+            let header = text
+                .lines()
+                .find(|l| l.contains(" PID") && l.contains("GPU-MEM"))
+                .unwrap_or_else(|| panic!("{key:?} {w}: a header\n{text}"));
+            assert!(!header.contains('…'), "{key:?} at {w}: {header:?}");
+        }
+    }
+    let (mut st, last) = fed(&demo(), "alice", DEMO_START, 3);
+    st.update(Command::SortBy(SortKey::Gpu));
+    let text = screen(&mut st, 160, 40, fresh(last));
+    assert!(text.contains(" GPU↑     PID"), "{text}");
 }

@@ -37,6 +37,7 @@ fn pids(st: &UiState) -> Vec<u32> {
     let f = st.shown.as_ref().expect("frame");
     st.rows
         .iter()
+        .filter(|r| r.is_process())
         .map(|r| f.sample.gpus[r.gpu].processes[r.proc].pid)
         .collect()
 }
@@ -63,17 +64,84 @@ fn sorting_cycles_reverses_and_keeps_the_selection() {
 }
 
 #[test]
+fn s_cycles_through_every_column_left_to_right() {
+    use SortKey as K;
+    let (mut st, _) = demo_state(SourceKind::Demo);
+    let mut seen = vec![st.sort];
+    for _ in 0..13 {
+        st.update(Command::SortNext);
+        seen.push(st.sort);
+    }
+    assert_eq!(
+        seen,
+        [
+            K::Memory,
+            K::Sm,
+            K::Growth,
+            K::Peak,
+            K::Cpu,
+            K::Rss,
+            K::Elapsed,
+            K::Container,
+            K::Command,
+            K::Gpu,
+            K::Pid,
+            K::User,
+            K::Type,
+            K::Memory
+        ]
+    );
+}
+
+#[test]
+fn each_gpus_unattributed_row_follows_its_last_process() {
+    let (st, _) = demo_state(SourceKind::Demo);
+    let f = st.shown.as_ref().expect("frame");
+    let rows: Vec<String> = st
+        .rows
+        .iter()
+        .map(|r| {
+            if r.is_process() {
+                let g = &f.sample.gpus[r.gpu];
+                format!("{}:{}", g.index, g.processes[r.proc].pid)
+            } else {
+                format!("{}:unattributed", f.sample.gpus[r.gpu].index)
+            }
+        })
+        .collect();
+    // By memory: GPU 3's two processes, GPU 0's last one is the hidden 4 GiB holder.
+    assert_eq!(
+        rows,
+        [
+            "3:2350",
+            "1:2207",
+            "3:4120",
+            "3:unattributed",
+            "0:2101",
+            "2:3011",
+            "0:91234",
+            "0:unattributed"
+        ]
+    );
+}
+
+#[test]
 fn navigation_stays_in_bounds_and_the_mouse_selects() {
     let (mut st, _) = demo_state(SourceKind::Demo);
+    // Six processes and two GPUs' unattributed rows.
     st.update(Command::End);
-    assert_eq!(st.selected, 5);
+    assert_eq!(st.selected, 7);
     st.update(Command::Down);
-    assert_eq!(st.selected, 5);
+    assert_eq!(st.selected, 7);
+    assert!(
+        st.selected_row().is_none(),
+        "an unattributed row is no process"
+    );
     st.update(Command::Home);
     st.update(Command::Up);
     assert_eq!(st.selected, 0);
     st.update(Command::PageDown);
-    assert_eq!(st.selected, 5);
+    assert_eq!(st.selected, 7);
     // A click on the third process row selects it.
     let body = st.layout().table_rows;
     st.update(Command::Click(body.x + 5, body.y + 2));

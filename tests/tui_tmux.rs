@@ -21,10 +21,10 @@ fn demo_sort_filter_detail_and_quit() {
         "the dashboard uses the alternate screen"
     );
     assert!(s.contains("GPU-MEM↓"), "sorted by memory at first:\n{s}");
-    // Sort: `s` moves to the next column (growth).
+    // Sort: `s` moves to the next column (SM %).
     t.keys(&["s"]);
-    t.wait_for("sort by growth", |s| {
-        s.contains("sort:growth") && s.contains("MiB/min↓")
+    t.wait_for("sort by SM %", |s| {
+        s.contains("sort:SM%") && s.contains("SM%↓")
     });
     // Filter: only bob's process is left.
     t.keys(&["/", "b", "o", "b", "Enter"]);
@@ -697,7 +697,10 @@ fn the_findings_panel_takes_the_keys_scrolls_and_goes_to_a_findings_process_or_g
         s.lines().any(|l| l.contains(" shown, f: scroll) ! "))
     });
     let total: usize = {
-        let line = s.lines().find(|l| l.contains(" shown, f: scroll)")).unwrap();
+        let line = s
+            .lines()
+            .find(|l| l.contains(" shown, f: scroll)"))
+            .unwrap();
         let of = line.split(" of ").nth(1).unwrap();
         of.split(' ').next().unwrap().parse().unwrap()
     };
@@ -746,19 +749,115 @@ fn the_findings_panel_takes_the_keys_scrolls_and_goes_to_a_findings_process_or_g
     assert!(
         s.contains("GPU 3 H200")
             && !s.contains("GPU 1 H200")
-            && !s.lines().any(|l| !l.starts_with('!') && l.contains(" 2207 ")),
+            && !s
+                .lines()
+                .any(|l| !l.starts_with('!') && l.contains(" 2207 ")),
         "only GPU 3's panel and processes:\n{s}"
     );
     // The findings view lists every finding with its history.
     t.keys(&["F"]);
     let s = t.wait_for("the findings view", |s| s.contains("FINDINGS: "));
-    for rule in ["leak-suspected", "near-capacity", "idle-holder", "external-pressure"] {
+    for rule in [
+        "leak-suspected",
+        "near-capacity",
+        "idle-holder",
+        "external-pressure",
+    ] {
         assert!(
-            s.lines().any(|l| l.contains(" open ") || l.starts_with("▶ open"))
+            s.lines()
+                .any(|l| l.contains(" open ") || l.starts_with("▶ open"))
                 && s.contains(rule),
             "{rule} in the view:\n{s}"
         );
     }
     t.keys(&["Escape", "Escape", "q"]);
+    t.wait_for("exit", |s| s.contains("EXITED rc=0"));
+}
+
+#[test]
+fn the_table_hides_empty_columns_places_unattributed_rows_counts_and_scrolls_sideways() {
+    // GPU 0: 30 processes and 5 GiB no process accounts for; GPUs 1 and 2: 256 MiB each of
+    // driver overhead, folded into one row. No process runs in a container.
+    let mut text = String::from("hostname = \"table\"\n");
+    text.push_str("[[gpu]]\nmemory_total = \"140GiB\"\nbase_used = \"5GiB\"\n");
+    for i in 0..30 {
+        let command = if i == 0 {
+            "python train.py --config configs/a-very-long-configuration-name.yaml --the-end-of-a-long-command".to_string()
+        } else {
+            format!("python worker.py --rank {i}")
+        };
+        let _ = std::fmt::Write::write_fmt(
+            &mut text,
+            format_args!(
+                "[[gpu.process]]\npid = {}\nused = \"{}MiB\"\nsm = 10\nstart = -60\nhost = {{ user = \"u\", command = \"{command}\", cpu = 5, rss = \"1GiB\" }}\n",
+                5000 + i,
+                3000 - 50 * i
+            ),
+        );
+    }
+    for g in 1..3 {
+        let _ = std::fmt::Write::write_fmt(
+            &mut text,
+            format_args!(
+                "[[gpu]]\nmemory_total = \"140GiB\"\nbase_used = \"256MiB\"\n[[gpu.process]]\npid = {}\nused = \"8GiB\"\nsm = 10\nstart = -60\nhost = {{ user = \"v\", command = \"python other.py\" }}\n",
+                6000 + g
+            ),
+        );
+    }
+    let sc = ScenarioFile::new(&text);
+    let t = Tmux::start("table", &[], &format!("--scenario '{}'", sc.path.display()));
+    let s = t.wait_for("the table", |s| {
+        s.contains(" 5000 ") && s.contains("processes")
+    });
+    let lines: Vec<&str> = s.lines().collect();
+    let header = lines
+        .iter()
+        .find(|l| l.contains(" PID ") && l.contains("GPU-MEM"))
+        .unwrap_or_else(|| panic!("a table header:\n{s}"));
+    assert!(
+        !header.contains("CONTAINER"),
+        "no process is in a container:\n{s}"
+    );
+    assert!(header.contains("of 32 processes"), "n of m processes:\n{s}");
+    // The largest are GPU 0's, then GPU 1's and 2's 8 GiB: the rows shown are GPU 0's, and its
+    // unattributed row is not pinned to the bottom of the screen but follows its last row.
+    assert!(
+        !s.contains("held by no process visible here"),
+        "GPU 0's unattributed row follows its 30 processes, below the page:\n{s}"
+    );
+    t.keys(&["End"]);
+    let s = t.wait_for("the end of the table", |s| {
+        s.contains("on each of GPUs 1,2")
+    });
+    let lines: Vec<&str> = s.lines().collect();
+    let own = lines
+        .iter()
+        .position(|l| l.contains("5.0GiB") && l.contains("held by no process visible here"))
+        .unwrap_or_else(|| panic!("GPU 0's unattributed row:\n{s}"));
+    assert!(
+        lines[own - 1].contains(" 5029 "),
+        "right after GPU 0's last process (5029, the smallest):\n{s}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("512MiB") && l.contains("256MiB on each of GPUs 1,2")),
+        "the two small amounts are one row:\n{s}"
+    );
+    // Sideways: the long command's end comes into view, the PID column stays.
+    t.keys(&["Home"]);
+    t.wait_for("the top", |s| s.contains(" 5000 "));
+    assert!(!t.screen().contains("--the-end-of-a-long-command"));
+    t.keys(&["Right"; 8]);
+    let s = t.wait_for("scrolled right", |s| {
+        s.contains("--the-end-of-a-long-command")
+    });
+    assert!(
+        s.contains(" 5000«"),
+        "the PID stays, a « marks the scroll:\n{s}"
+    );
+    t.keys(&["Left"; 8]);
+    t.wait_for("back", |s| !s.contains("«") && s.contains("MiB/min"));
+    t.keys(&["q"]);
     t.wait_for("exit", |s| s.contains("EXITED rc=0"));
 }

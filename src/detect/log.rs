@@ -177,8 +177,8 @@ mod tests {
         assert_eq!(listed.len(), 2);
         let (now, before) = (listed[0], listed[1]);
         assert!(now.is_open());
-        assert_eq!(now.opened, 200.0);
-        assert_eq!(before.opened, 100.0);
+        assert!((now.opened - 200.0).abs() < 1e-9);
+        assert!((before.opened - 100.0).abs() < 1e-9);
         assert_eq!(before.updates, 2);
         assert_eq!(before.updated, Some(110.0));
         assert_eq!(before.resolved, Some(120.0));
@@ -192,7 +192,12 @@ mod tests {
         let mut log = FindingLog::default();
         log.record(&[
             FindingEvent::Opened(finding(RuleKind::IdleHolder, Some(1), Severity::Info, 1.0)),
-            FindingEvent::Opened(finding(RuleKind::LeakSuspected, Some(2), Severity::Warning, 2.0)),
+            FindingEvent::Opened(finding(
+                RuleKind::LeakSuspected,
+                Some(2),
+                Severity::Warning,
+                2.0,
+            )),
             FindingEvent::Opened(finding(RuleKind::FillingUp, None, Severity::Critical, 3.0)),
             FindingEvent::Opened(finding(RuleKind::IdleHolder, Some(4), Severity::Info, 4.0)),
         ]);

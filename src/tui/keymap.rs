@@ -125,6 +125,20 @@ pub const BINDINGS: &[Binding] = &[
         "last process",
     ),
     b(
+        &[KeyCode::Right],
+        Scope::Table,
+        Command::ScrollRight,
+        "→",
+        "scroll the table right (full command lines, hidden columns)",
+    ),
+    b(
+        &[KeyCode::Left],
+        Scope::Table,
+        Command::ScrollLeft,
+        "←",
+        "scroll the table back left",
+    ),
+    b(
         &[KeyCode::Char('s')],
         Scope::Table,
         Command::SortNext,

@@ -1,5 +1,5 @@
 //! The dashboard's layout: from the terminal size and how much of each variable part is shown
-//! (GPUs, findings lines, unattributed rows), the rectangles of the header, the GPU panels, the
+//! (GPUs, findings lines), the rectangles of the header, the GPU panels, the
 //! body (table, tree, detail, chart), the findings and the footer, and where the table's
 //! process rows go. Pure: the view draws into these rectangles and the state pages and hits
 //! mouse clicks with the same ones; neither calls the other for it.
@@ -11,10 +11,8 @@ use ratatui::layout::Rect;
 pub struct Shown {
     /// GPU panels.
     pub gpus: usize,
-    /// Lines of the findings panel wants (it takes 1 to 3).
+    /// Lines the findings panel wants (it takes from 1 to a fifth of the screen).
     pub findings: usize,
-    /// Unattributed rows at the bottom of the table.
-    pub unattributed: usize,
 }
 
 /// How the GPU panels are drawn.
@@ -32,8 +30,7 @@ pub struct Layout {
     pub gpus: Rect,
     pub grid: GpuGrid,
     pub body: Rect,
-    /// The table's process rows: the body below the table's header line, above the
-    /// unattributed rows.
+    /// The table's rows: the body below the table's header line.
     pub table_rows: Rect,
     pub findings: Rect,
     pub footer: Rect,
@@ -85,12 +82,11 @@ pub fn compute(full: Rect, shown: Shown) -> Layout {
     let body = take(&mut y, body_h);
     let findings = take(&mut y, findings);
     let footer = take(&mut y, 1);
-    let reserved = lines(shown.unattributed).saturating_add(1);
     let table_rows = Rect::new(
         body.x,
         body.y + 1.min(body.height),
         body.width,
-        body.height.saturating_sub(reserved),
+        body.height.saturating_sub(1),
     );
     Layout {
         header,
@@ -107,18 +103,14 @@ pub fn compute(full: Rect, shown: Shown) -> Layout {
 mod tests {
     use super::*;
 
-    fn shown(gpus: usize, findings: usize, unattributed: usize) -> Shown {
-        Shown {
-            gpus,
-            findings,
-            unattributed,
-        }
+    fn shown(gpus: usize, findings: usize) -> Shown {
+        Shown { gpus, findings }
     }
 
     #[test]
     fn the_regions_tile_the_screen_and_the_table_rows_sit_in_the_body() {
         let full = Rect::new(0, 0, 120, 40);
-        let l = compute(full, shown(2, 0, 1));
+        let l = compute(full, shown(2, 0));
         assert_eq!(
             l.grid,
             GpuGrid {
@@ -135,20 +127,20 @@ mod tests {
             "at least one line"
         );
         assert_eq!((l.footer.y, l.footer.height), (39, 1));
-        // Below the table's header line, above one unattributed row.
-        assert_eq!((l.table_rows.y, l.table_rows.height), (8, 29));
-        let more = compute(full, shown(2, 6, 3));
+        // Below the table's header line, to the end of the body.
+        assert_eq!((l.table_rows.y, l.table_rows.height), (8, 30));
+        let more = compute(full, shown(2, 6));
         assert_eq!(more.findings.height, 6, "as many lines as findings");
-        assert_eq!(more.table_rows.height, 40 - 7 - 7 - 1 - 3);
-        let many = compute(full, shown(2, 30, 3));
+        assert_eq!(more.table_rows.height, 40 - 7 - 6 - 1 - 1);
+        let many = compute(full, shown(2, 30));
         assert_eq!(many.findings.height, 8, "at most a fifth of the screen");
-        let small = compute(Rect::new(0, 0, 80, 12), shown(1, 30, 0));
+        let small = compute(Rect::new(0, 0, 80, 12), shown(1, 30));
         assert_eq!(small.findings.height, 3, "at least three lines when needed");
     }
 
     #[test]
     fn many_gpus_go_compact_then_two_columns_on_wide_screens() {
-        let l = compute(Rect::new(0, 0, 120, 40), shown(8, 1, 0));
+        let l = compute(Rect::new(0, 0, 120, 40), shown(8, 1));
         assert_eq!(
             l.grid,
             GpuGrid {
@@ -157,7 +149,7 @@ mod tests {
             }
         );
         assert_eq!(l.gpus.height, 8);
-        let wide = compute(Rect::new(0, 0, 200, 60), shown(8, 1, 0));
+        let wide = compute(Rect::new(0, 0, 200, 60), shown(8, 1));
         assert_eq!(
             wide.grid,
             GpuGrid {
@@ -172,7 +164,7 @@ mod tests {
     fn a_tiny_or_absurd_screen_never_overflows() {
         for (w, h) in [(0, 0), (1, 1), (10, 3), (u16::MAX, u16::MAX)] {
             let full = Rect::new(0, 0, w, h);
-            let l = compute(full, shown(usize::MAX, usize::MAX, usize::MAX));
+            let l = compute(full, shown(usize::MAX, usize::MAX));
             for r in [l.header, l.gpus, l.body, l.findings, l.footer, l.table_rows] {
                 assert!(
                     u32::from(r.y) + u32::from(r.height) <= u32::from(h),

@@ -7,6 +7,7 @@ use std::time::Instant;
 use super::layout::{self, Layout};
 use super::state::UiState;
 use crate::detect::Severity;
+use crate::model::GpuSample;
 
 /// What the bottom rows of the table say about a GPU's memory outside the process rows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -17,6 +18,33 @@ pub enum Unattributed {
     Unknown,
     /// The driver gave no process list: the rows above are not the whole story.
     NoProcessList,
+}
+
+/// An unattributed amount below this (driver and context overhead, typically a few hundred
+/// MiB) is folded with the other GPUs' small amounts into one row, when there are several.
+pub const FOLD_BELOW: u64 = 1 << 30;
+
+impl Unattributed {
+    /// What the table says about `g`'s memory outside its process rows, if anything (less than
+    /// 1 MiB is nothing).
+    pub fn of(g: &GpuSample) -> Option<Self> {
+        if g.lost || (g.memory.is_none() && !g.processes_unavailable) {
+            return None;
+        }
+        if g.processes_unavailable {
+            return Some(Unattributed::NoProcessList);
+        }
+        match g.unattributed_bytes() {
+            Some(b) if b >= 1 << 20 => Some(Unattributed::Bytes(b)),
+            Some(_) => None,
+            None => Some(Unattributed::Unknown),
+        }
+    }
+
+    /// A small amount, folded with the others.
+    pub fn is_small(self) -> bool {
+        matches!(self, Unattributed::Bytes(b) if b < FOLD_BELOW)
+    }
 }
 
 /// Where `Enter` on a finding goes.
@@ -116,30 +144,11 @@ impl UiState {
         out
     }
 
-    /// Per GPU on screen, the memory no visible process accounts for.
-    pub fn unattributed_rows(&self) -> Vec<(u32, Unattributed)> {
-        self.visible_gpus()
-            .iter()
-            .filter(|g| !g.lost && (g.memory.is_some() || g.processes_unavailable))
-            .filter_map(|g| {
-                if g.processes_unavailable {
-                    return Some((g.index, Unattributed::NoProcessList));
-                }
-                match g.unattributed_bytes() {
-                    Some(b) if b >= 1 << 20 => Some((g.index, Unattributed::Bytes(b))),
-                    Some(_) => None,
-                    None => Some((g.index, Unattributed::Unknown)),
-                }
-            })
-            .collect()
-    }
-
     /// How much of each variable part the screen shows at `mono`.
     pub fn shown_parts(&self, mono: Instant) -> layout::Shown {
         layout::Shown {
             gpus: self.visible_gpus().len(),
             findings: self.findings_lines(mono).len(),
-            unattributed: self.unattributed_rows().len(),
         }
     }
 

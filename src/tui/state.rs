@@ -17,34 +17,39 @@ use crate::signal::Sig;
 use crate::source::InFlight;
 use crate::source::procdetail::{ProcDetail, TreeRow};
 
-/// Columns the table can be sorted by, in the order `s` cycles through them.
+/// Columns the table can be sorted by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SortKey {
+    Gpu,
+    Pid,
+    User,
+    Type,
     Memory,
+    Sm,
     Growth,
     Peak,
-    Sm,
     Cpu,
     Rss,
     Elapsed,
-    Pid,
-    User,
-    Gpu,
+    Container,
     Command,
 }
 
 impl SortKey {
-    pub const CYCLE: [SortKey; 11] = [
+    /// The order `s` cycles through them: the table's columns, left to right.
+    pub const CYCLE: [SortKey; 13] = [
+        SortKey::Gpu,
+        SortKey::Pid,
+        SortKey::User,
+        SortKey::Type,
         SortKey::Memory,
+        SortKey::Sm,
         SortKey::Growth,
         SortKey::Peak,
-        SortKey::Sm,
         SortKey::Cpu,
         SortKey::Rss,
         SortKey::Elapsed,
-        SortKey::Pid,
-        SortKey::User,
-        SortKey::Gpu,
+        SortKey::Container,
         SortKey::Command,
     ];
 
@@ -52,7 +57,12 @@ impl SortKey {
     pub fn descending_by_default(self) -> bool {
         !matches!(
             self,
-            SortKey::Pid | SortKey::User | SortKey::Gpu | SortKey::Command
+            SortKey::Pid
+                | SortKey::User
+                | SortKey::Gpu
+                | SortKey::Type
+                | SortKey::Container
+                | SortKey::Command
         )
     }
 }
@@ -95,6 +105,9 @@ pub enum Command {
     OpenDetail,
     ToggleTree,
     OpenChart,
+    /// Scroll the table sideways (`←`/`→`).
+    ScrollLeft,
+    ScrollRight,
     /// Move the keys into the findings panel, or back to the table (`f`).
     FocusFindings,
     /// The findings view: every finding with its history (`F`).
@@ -138,7 +151,9 @@ pub enum View {
     Table,
     Tree,
     Detail(ProcKey),
-    Chart { gpu: String },
+    Chart {
+        gpu: String,
+    },
     /// Every finding of this session (and the primed past), open and resolved.
     Findings,
 }
@@ -175,12 +190,31 @@ pub struct Derived {
     measured: bool,
 }
 
-/// One row of the process table: indices into the shown frame.
+/// One row of the process table: indices into the shown frame, or a GPU's unattributed
+/// memory ([`RowRef::UNATTRIBUTED`]), or the small amounts of several GPUs folded into one
+/// row ([`RowRef::FOLDED`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RowRef {
     pub gpu: usize,
     pub proc: usize,
 }
+
+impl RowRef {
+    /// `proc` of the row of a GPU's memory that no visible process accounts for.
+    pub const UNATTRIBUTED: usize = usize::MAX;
+    /// `proc` (and `gpu`) of the row that folds several GPUs' small unattributed amounts.
+    pub const FOLDED: usize = usize::MAX - 1;
+
+    /// Whether the row is a process's.
+    pub fn is_process(self) -> bool {
+        self.proc < Self::FOLDED
+    }
+}
+
+/// One `←`/`→` scrolls the table this many characters sideways…
+pub const HSCROLL_STEP: usize = 8;
+/// …up to this far (a command line longer than this shows its start only).
+pub const HSCROLL_MAX: usize = 4096;
 
 /// Chart spans `+`/`-` step through.
 pub const CHART_SPANS: [Duration; 6] = [
@@ -226,6 +260,8 @@ pub struct UiState {
     pub kill: Option<KillPrompt>,
     pub detail: Option<ProcDetail>,
     pub tree: Vec<TreeRow>,
+    /// How far the table is scrolled sideways (characters; `←`/`→`).
+    pub hscroll: usize,
     /// The findings panel has the keys: the cursor moves over its lines.
     pub findings_focus: bool,
     /// The cursor in the findings panel…
@@ -275,6 +311,7 @@ impl UiState {
             kill: None,
             detail: None,
             tree: Vec::new(),
+            hscroll: 0,
             findings_focus: false,
             findings_cursor: 0,
             log_cursor: 0,
@@ -342,14 +379,15 @@ impl UiState {
         }
     }
 
-    /// GPUs on screen (all, or the one `g` chose).
+    /// Whether a GPU is on screen (all, or the one `g` chose).
+    pub fn shows_gpu(&self, g: &GpuSample) -> bool {
+        self.gpu_filter.is_none_or(|i| g.index == i)
+    }
+
+    /// GPUs on screen.
     pub fn visible_gpus(&self) -> Vec<&GpuSample> {
         self.shown.as_ref().map_or_else(Vec::new, |f| {
-            f.sample
-                .gpus
-                .iter()
-                .filter(|g| self.gpu_filter.is_none_or(|i| g.index == i))
-                .collect()
+            f.sample.gpus.iter().filter(|g| self.shows_gpu(g)).collect()
         })
     }
 
@@ -501,7 +539,7 @@ impl UiState {
         let needle = self.filter.to_lowercase();
         let mut rows: Vec<RowRef> = Vec::new();
         for (gi, g) in frame.sample.gpus.iter().enumerate() {
-            if self.gpu_filter.is_some_and(|i| g.index != i) {
+            if !self.shows_gpu(g) {
                 continue;
             }
             for (pi, p) in g.processes.iter().enumerate() {
@@ -523,12 +561,17 @@ impl UiState {
             let ord = if self.descending { ord.reverse() } else { ord };
             ord.then(ga.index.cmp(&gb.index)).then(pa.pid.cmp(&pb.pid))
         });
+        if needle.is_empty() {
+            place_unattributed(&mut rows, gpus, |g| self.shows_gpu(g));
+        }
         self.rows = rows;
         // Keep the cursor on the same process.
         if let Some((uuid, pid)) = &self.selected_key
             && let Some(i) = self.rows.iter().position(|r| {
-                let (g, p) = proc_of(r);
-                &g.uuid == uuid && p.pid == *pid
+                r.is_process() && {
+                    let (g, p) = proc_of(r);
+                    &g.uuid == uuid && p.pid == *pid
+                }
             })
         {
             self.selected = i;
@@ -569,6 +612,8 @@ impl UiState {
             SortKey::Pid => pa.pid.cmp(&pb.pid),
             SortKey::User => opt(pa.host.user.as_deref(), pb.host.user.as_deref()),
             SortKey::Gpu => ga.index.cmp(&gb.index),
+            SortKey::Type => pa.kind.label().cmp(pb.kind.label()),
+            SortKey::Container => opt(pa.host.container.as_deref(), pb.host.container.as_deref()),
             SortKey::Command => opt(pa.host.command.as_deref(), pb.host.command.as_deref()),
         }
     }
@@ -659,11 +704,21 @@ impl UiState {
             | Command::ScrollDown
             | Command::Click(..)
             | Command::Resize(..) => {
-                if self.mode() == Mode::Findings && !matches!(cmd, Command::Click(..) | Command::Resize(..)) {
+                if self.mode() == Mode::Findings
+                    && !matches!(cmd, Command::Click(..) | Command::Resize(..))
+                {
                     self.move_in_findings(cmd);
                 } else {
                     self.navigate(cmd);
                 }
+                Effect::None
+            }
+            Command::ScrollLeft => {
+                self.hscroll = self.hscroll.saturating_sub(HSCROLL_STEP);
+                Effect::None
+            }
+            Command::ScrollRight => {
+                self.hscroll = (self.hscroll + HSCROLL_STEP).min(HSCROLL_MAX);
                 Effect::None
             }
             Command::FocusFindings => {
@@ -1068,6 +1123,56 @@ impl UiState {
                 self.select(index);
             }
         }
+    }
+}
+
+/// Puts each GPU's unattributed row after that GPU's last process row (at the end for a GPU
+/// with none), and folds the small amounts of several GPUs into one row at the end.
+fn place_unattributed(
+    rows: &mut Vec<RowRef>,
+    gpus: &[GpuSample],
+    shows: impl Fn(&GpuSample) -> bool,
+) {
+    use super::shown::Unattributed;
+    let kinds: Vec<(usize, Unattributed)> = gpus
+        .iter()
+        .enumerate()
+        .filter(|(_, g)| shows(g))
+        .filter_map(|(i, g)| Some((i, Unattributed::of(g)?)))
+        .collect();
+    let fold = kinds.iter().filter(|(_, u)| u.is_small()).count() >= 2;
+    // After the last row of its GPU, from the back so that positions stay true.
+    let mut at: Vec<(usize, usize)> = kinds
+        .iter()
+        .filter(|(_, u)| !(fold && u.is_small()))
+        .map(|&(gi, _)| {
+            let pos = rows
+                .iter()
+                .rposition(|r| r.gpu == gi)
+                .map_or(usize::MAX, |p| p + 1);
+            (pos, gi)
+        })
+        .collect();
+    at.sort_by(|a, b| b.cmp(a));
+    let mut tail = Vec::new();
+    for (pos, gi) in at {
+        let row = RowRef {
+            gpu: gi,
+            proc: RowRef::UNATTRIBUTED,
+        };
+        if pos == usize::MAX {
+            tail.push(row);
+        } else {
+            rows.insert(pos, row);
+        }
+    }
+    tail.reverse();
+    rows.extend(tail);
+    if fold {
+        rows.push(RowRef {
+            gpu: RowRef::FOLDED,
+            proc: RowRef::FOLDED,
+        });
     }
 }
 

@@ -1,7 +1,9 @@
 //! The process table (and its tree view): GPU, PID, user, type, GPU memory, SM %, growth,
-//! peak, CPU %, host RSS, elapsed, container, command; then one "unattributed" row per GPU.
-//! Only visible rows are formatted, so a table of thousands of processes costs what a screen
-//! costs.
+//! peak, CPU %, host RSS, elapsed, container, command, with each GPU's "unattributed" row
+//! after that GPU's processes (small amounts of several GPUs folded into one row). A column
+//! empty on every row is not shown; COMMAND takes the rest of the line; `←`/`→` scroll the
+//! columns right of PID sideways. Only visible rows are formatted, so a table of thousands of
+//! processes costs what a screen costs.
 
 use std::fmt::Write as _;
 
@@ -13,8 +15,8 @@ use ratatui::text::{Line, Span};
 use super::{Context, cut, fmt_growth};
 use crate::model::{GpuSample, ProcSample};
 use crate::output::{fmt_bytes, fmt_elapsed};
-use crate::tui::shown::Unattributed;
-use crate::tui::state::{SortKey, UiState};
+use crate::tui::shown::{FOLD_BELOW, Unattributed};
+use crate::tui::state::{RowRef, SortKey, UiState};
 
 /// A column: header, width, right-aligned, and the sort key it shows.
 struct Col {
@@ -27,7 +29,8 @@ struct Col {
 const COLS: [Col; 13] = [
     Col {
         name: "GPU",
-        width: 3,
+        // Room for the sort arrow: `GPU↓`.
+        width: 4,
         right: true,
         sort: Some(SortKey::Gpu),
     },
@@ -45,9 +48,9 @@ const COLS: [Col; 13] = [
     },
     Col {
         name: "TYPE",
-        width: 4,
+        width: 5,
         right: false,
-        sort: None,
+        sort: Some(SortKey::Type),
     },
     Col {
         name: "GPU-MEM",
@@ -95,7 +98,7 @@ const COLS: [Col; 13] = [
         name: "CONTAINER",
         width: 12,
         right: false,
-        sort: None,
+        sort: Some(SortKey::Container),
     },
     Col {
         name: "COMMAND",
@@ -105,13 +108,54 @@ const COLS: [Col; 13] = [
     },
 ];
 
-/// Columns dropped first when the screen is narrow (indices into `COLS`).
-const DROP_ORDER: [usize; 7] = [11, 9, 7, 10, 3, 8, 0];
-const MIN_COMMAND: usize = 20;
+/// Columns dropped first when the screen is narrow (indices into `COLS`); GPU, PID, USER,
+/// GPU-MEM, SM% and growth always stay.
+const DROP_ORDER: [usize; 6] = [11, 9, 7, 10, 3, 8];
+/// COMMAND keeps at least this much before a column is dropped for it.
+const MIN_COMMAND: usize = 40;
+/// What stays in place while the table scrolls sideways: the marker, GPU and PID.
+const PINNED: usize = 2 + 5 + 8;
+/// Columns that can be empty on every row (user, peak, CPU %, RSS, elapsed, container).
+const MAY_BE_EMPTY: [usize; 6] = [2, 7, 8, 9, 10, 11];
 
-/// Which columns fit in `width`.
-fn shown_columns(width: usize) -> [bool; 13] {
-    let mut shown = [true; 13];
+/// Which columns have a value on some process row: a column that is `-` on every row (no
+/// containers on this host; nothing visible here) is not shown.
+fn filled_columns(state: &UiState) -> [bool; 13] {
+    let mut filled = [true; 13];
+    let Some(frame) = state.shown.as_ref() else {
+        return filled;
+    };
+    for i in MAY_BE_EMPTY {
+        filled[i] = false;
+    }
+    for r in state.rows.iter().filter(|r| r.is_process()) {
+        let Some(g) = frame.sample.gpus.get(r.gpu) else {
+            continue;
+        };
+        let Some(p) = g.processes.get(r.proc) else {
+            continue;
+        };
+        let h = &p.host;
+        filled[2] |= h.user.is_some();
+        filled[7] |= state.derived_of(g, p).peak.is_some();
+        filled[8] |= h.cpu_percent.is_some();
+        filled[9] |= h.rss_bytes.is_some();
+        filled[10] |= h.start_time.is_some();
+        filled[11] |= h.container.is_some();
+        if MAY_BE_EMPTY.iter().all(|&i| filled[i]) {
+            break;
+        }
+    }
+    filled
+}
+
+/// Which columns are shown in `width`: the filled ones, less those dropped (in
+/// [`DROP_ORDER`]) for COMMAND to keep [`MIN_COMMAND`]; scrolled sideways, all filled ones.
+fn shown_columns(filled: [bool; 13], width: usize, scrolled: bool) -> [bool; 13] {
+    let mut shown = filled;
+    if scrolled {
+        return shown;
+    }
     let fixed = |shown: &[bool; 13]| -> usize {
         2 + (0..12)
             .filter(|&i| shown[i])
@@ -158,7 +202,71 @@ fn cells(state: &UiState, ctx: &Context, g: &GpuSample, p: &ProcSample) -> [Stri
     ]
 }
 
-fn line(cells: &[String; 13], shown: &[bool; 13], width: usize, marker: &str) -> String {
+/// The cells of a GPU's unattributed row: its amount under GPU-MEM, what it is under COMMAND.
+fn unattributed_cells(g: &GpuSample) -> Option<[String; 13]> {
+    let (user, bytes, what) = match Unattributed::of(g)? {
+        Unattributed::Bytes(b) => ("unattr.", fmt_bytes(b), "held by no process visible here"),
+        Unattributed::Unknown => (
+            "unattr.",
+            "n/a".into(),
+            "a process's memory is not available",
+        ),
+        Unattributed::NoProcessList => (
+            "n/a",
+            "n/a".into(),
+            "process list not available (the driver did not give it)",
+        ),
+    };
+    let mut c: [String; 13] = Default::default();
+    c[0] = g.index.to_string();
+    c[1] = "-".into();
+    c[2] = user.into();
+    c[4] = bytes;
+    c[12] = what.into();
+    Some(c)
+}
+
+/// The cells of the row that folds the small unattributed amounts of several GPUs.
+fn folded_cells(state: &UiState) -> [String; 13] {
+    let small: Vec<(u32, u64)> = state
+        .visible_gpus()
+        .into_iter()
+        .filter_map(|g| match Unattributed::of(g)? {
+            Unattributed::Bytes(b) if b < FOLD_BELOW => Some((g.index, b)),
+            _ => None,
+        })
+        .collect();
+    let total: u64 = small.iter().map(|(_, b)| b).sum();
+    let (lo, hi) = small
+        .iter()
+        .fold((u64::MAX, 0), |(lo, hi), &(_, b)| (lo.min(b), hi.max(b)));
+    let each = if lo == hi {
+        fmt_bytes(hi)
+    } else {
+        format!("{}–{}", fmt_bytes(lo), fmt_bytes(hi))
+    };
+    let ids: Vec<String> = small.iter().map(|(i, _)| i.to_string()).collect();
+    let mut c: [String; 13] = Default::default();
+    c[0] = "all".into();
+    c[1] = "-".into();
+    c[2] = "unattr.".into();
+    c[4] = fmt_bytes(total);
+    c[12] = format!(
+        "{each} on each of GPUs {}: held by no process visible here",
+        ids.join(",")
+    );
+    c
+}
+
+/// A row as text: the shown columns, COMMAND to the end of the line; scrolled `hscroll`
+/// characters sideways, all but the pinned columns move (a `«` says so).
+fn line(
+    cells: &[String; 13],
+    shown: &[bool; 13],
+    width: usize,
+    marker: &str,
+    hscroll: usize,
+) -> String {
     let mut s = String::with_capacity(width + 8);
     s.push_str(marker);
     s.push(' ');
@@ -167,8 +275,12 @@ fn line(cells: &[String; 13], shown: &[bool; 13], width: usize, marker: &str) ->
             continue;
         }
         if i == 12 {
-            let room = width.saturating_sub(s.chars().count());
-            s.push_str(&cut(c, room));
+            if hscroll == 0 {
+                let room = width.saturating_sub(s.chars().count());
+                s.push_str(&cut(c, room));
+            } else {
+                s.push_str(c);
+            }
         } else {
             let w = COLS[i].width;
             let c = cut(c, w);
@@ -179,7 +291,13 @@ fn line(cells: &[String; 13], shown: &[bool; 13], width: usize, marker: &str) ->
             }
         }
     }
-    s
+    if hscroll == 0 {
+        return s;
+    }
+    let mut out: String = s.chars().take(PINNED - 1).collect();
+    out.push('«');
+    out.extend(s.chars().skip(PINNED + hscroll));
+    cut(&out, width)
 }
 
 fn header_line(state: &UiState, shown: &[bool; 13], width: usize) -> String {
@@ -191,27 +309,74 @@ fn header_line(state: &UiState, shown: &[bool; 13], width: usize) -> String {
             c.name.to_string()
         }
     });
-    line(&names, shown, width, " ")
+    line(&names, shown, width, " ", state.hscroll)
 }
 
-/// The table in `area`, its process rows in `rows` (see [`crate::tui::layout::Layout`]).
+/// `text` with `tail` at its right end (over what was there), when both fit in `width`.
+fn with_tail(text: &str, tail: &str, width: usize) -> String {
+    let n = tail.chars().count();
+    if n + 12 > width {
+        return cut(text, width);
+    }
+    let head: String = text.chars().take(width - n - 1).collect();
+    format!("{head:<w$} {tail}", w = width - n - 1)
+}
+
+/// What the table's header says at its right end: which processes the page shows of how
+/// many (when not all), and how far it is scrolled sideways.
+fn page_tail(state: &UiState, page: usize, processes: usize) -> String {
+    let on_page = state
+        .rows
+        .iter()
+        .skip(state.offset)
+        .take(page)
+        .filter(|r| r.is_process())
+        .count();
+    let mut tail = String::new();
+    if on_page < processes {
+        let first = state.rows[..state.offset.min(state.rows.len())]
+            .iter()
+            .filter(|r| r.is_process())
+            .count();
+        let _ = write!(
+            tail,
+            "{}–{} of {processes} processes",
+            first + 1,
+            first + on_page
+        );
+    }
+    if state.hscroll > 0 {
+        let sep = if tail.is_empty() { "" } else { " · " };
+        let _ = write!(tail, "{sep}→{} (←)", state.hscroll);
+    }
+    tail
+}
+
+/// The table in `area`, its rows in `rows` (see [`crate::tui::layout::Layout`]).
 pub fn render_table(f: &mut Frame<'_>, area: Rect, rows: Rect, state: &UiState, ctx: &Context) {
     if area.height == 0 {
         return;
     }
     let t = ctx.theme;
     let width = usize::from(area.width);
-    let shown = shown_columns(width);
+    let shown = shown_columns(filled_columns(state), width, state.hscroll > 0);
+    let page = usize::from(rows.height.min(area.height.saturating_sub(1)));
+    let processes = state.rows.iter().filter(|r| r.is_process()).count();
+    let tail = page_tail(state, page, processes);
+    let header = header_line(state, &shown, width);
     let mut lines = vec![Line::from(Span::styled(
-        cut(&header_line(state, &shown, width), width),
+        if tail.is_empty() {
+            cut(&header, width)
+        } else {
+            with_tail(&header, &tail, width)
+        },
         t.header(),
     ))];
-    let page = usize::from(rows.height.min(area.height.saturating_sub(1)));
     let Some(frame) = state.shown.as_ref() else {
         super::draw_lines(f, area, &lines);
         return;
     };
-    if state.rows.is_empty() {
+    if processes == 0 {
         let gpus = state.visible_gpus();
         let text = if !gpus.is_empty() && gpus.iter().all(|g| g.processes_unavailable) {
             "process list not available on these GPUs".to_string()
@@ -223,54 +388,47 @@ pub fn render_table(f: &mut Frame<'_>, area: Rect, rows: Rect, state: &UiState, 
         lines.push(Line::from(Span::styled(text, t.dim())));
     }
     for (i, r) in state.rows.iter().enumerate().skip(state.offset).take(page) {
-        let g = &frame.sample.gpus[r.gpu];
-        let p = &g.processes[r.proc];
-        let watched = state.is_watched(p);
-        let text = line(
-            &cells(state, ctx, g, p),
-            &shown,
-            width,
-            if watched { "*" } else { " " },
-        );
-        let mut style = if watched {
-            t.mine()
-        } else if p.host.visible {
-            Style::new()
+        let (text, mut style) = if r.proc == RowRef::FOLDED {
+            (
+                line(&folded_cells(state), &shown, width, " ", state.hscroll),
+                t.unattributed(),
+            )
+        } else if r.proc == RowRef::UNATTRIBUTED {
+            let Some(c) = frame.sample.gpus.get(r.gpu).and_then(unattributed_cells) else {
+                continue;
+            };
+            (
+                line(&c, &shown, width, " ", state.hscroll),
+                t.unattributed(),
+            )
         } else {
-            t.dim()
+            let Some(g) = frame.sample.gpus.get(r.gpu) else {
+                continue;
+            };
+            let Some(p) = g.processes.get(r.proc) else {
+                continue;
+            };
+            let watched = state.is_watched(p);
+            let text = line(
+                &cells(state, ctx, g, p),
+                &shown,
+                width,
+                if watched { "*" } else { " " },
+                state.hscroll,
+            );
+            let style = if watched {
+                t.mine()
+            } else if p.host.visible {
+                Style::new()
+            } else {
+                t.dim()
+            };
+            (text, style)
         };
         if i == state.selected {
             style = style.patch(t.selected());
         }
-        lines.push(Line::from(Span::styled(text, style)));
-    }
-    // Pad, then the unattributed rows at the bottom of the table.
-    let unattributed = state.unattributed_rows();
-    while lines.len() < usize::from(area.height).saturating_sub(unattributed.len()) {
-        lines.push(Line::raw(""));
-    }
-    for (gpu, bytes) in unattributed {
-        let text = match bytes {
-            Unattributed::Bytes(b) => format!(
-                "  {gpu:>3} {:>7} {:<9} {:<4} {:>8}  held by no process visible here (other containers, driver)",
-                "-",
-                "unattr.",
-                "",
-                fmt_bytes(b)
-            ),
-            Unattributed::Unknown => format!(
-                "  {gpu:>3} {:>7} {:<9} {:<4} {:>8}  a process's memory is not available",
-                "-", "unattr.", "", "n/a"
-            ),
-            Unattributed::NoProcessList => format!(
-                "  {gpu:>3} {:>7} {:<9} {:<4} {:>8}  process list not available (the driver did not give it)",
-                "-", "n/a", "", "n/a"
-            ),
-        };
-        lines.push(Line::from(Span::styled(
-            cut(&text, width),
-            t.unattributed(),
-        )));
+        lines.push(Line::from(Span::styled(cut(&text, width), style)));
     }
     super::draw_lines(f, area, &lines);
 }

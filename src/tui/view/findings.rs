@@ -19,7 +19,9 @@ fn clock(unix: f64) -> String {
 /// One entry as a line of the view; `live` is the open finding's summary now (the log keeps
 /// the summary of the last event, and small changes raise none).
 pub fn entry_line(e: &LogEntry, live: Option<&str>) -> String {
-    let gpu = e.gpu_index.map_or_else(|| "-".to_string(), |g| g.to_string());
+    let gpu = e
+        .gpu_index
+        .map_or_else(|| "-".to_string(), |g| g.to_string());
     let updated = match e.updated {
         Some(at) if e.updates > 0 => format!("{}× {}", e.updates, clock(at)),
         _ => "-".to_string(),
@@ -54,7 +56,13 @@ pub fn render(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Context) {
         cut(
             &format!(
                 "  {:<8} {:<8} {:<17} {:>3} {:>8} {:>13} {:>8}  FINDINGS: {open} open, {} resolved (UTC; Enter: go to, Esc: back)",
-                "STATE", "WORST", "RULE", "GPU", "OPENED", "UPDATED", "RESOLVED",
+                "STATE",
+                "WORST",
+                "RULE",
+                "GPU",
+                "OPENED",
+                "UPDATED",
+                "RESOLVED",
                 log.len() - open
             ),
             width,
@@ -72,14 +80,14 @@ pub fn render(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Context) {
     let start = (cursor + 1).saturating_sub(page);
     for (i, e) in log.iter().enumerate().skip(start).take(page) {
         let marker = if i == cursor { "▶ " } else { "  " };
-        let mut style = if !e.is_open() {
-            t.dim()
-        } else {
+        let mut style = if e.is_open() {
             match e.severity {
                 Severity::Critical => t.bad(),
                 Severity::Warning => t.warn(),
                 Severity::Info => t.dim(),
             }
+        } else {
+            t.dim()
         };
         if i == cursor {
             style = style.patch(t.selected());

@@ -146,6 +146,8 @@ fn sort_name(key: SortKey) -> &'static str {
         SortKey::Pid => "PID",
         SortKey::User => "user",
         SortKey::Gpu => "GPU",
+        SortKey::Type => "type",
+        SortKey::Container => "container",
         SortKey::Command => "command",
     }
 }
@@ -179,7 +181,7 @@ pub fn render_footer(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Conte
             hint(&mut spans, "p", pause.into());
             hint(&mut spans, "?", "help".into());
             hint(&mut spans, "q", "quit".into());
-            super::draw_lines(f, area, &[Line::from(spans)]);
+            super::draw_lines(f, area, &[whole_hints(&spans, area.width)]);
             return;
         }
         if state.mode() == Mode::Findings {
@@ -194,7 +196,7 @@ pub fn render_footer(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Conte
             hint(&mut spans, "p", pause.into());
             hint(&mut spans, "?", "help".into());
             hint(&mut spans, "q", "quit".into());
-            super::draw_lines(f, area, &[Line::from(spans)]);
+            super::draw_lines(f, area, &[whole_hints(&spans, area.width)]);
             return;
         }
         hint(&mut spans, "q", "quit".into());
@@ -218,15 +220,37 @@ pub fn render_footer(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Conte
             .gpu_filter
             .map_or_else(|| "GPU:all".to_string(), |i| format!("GPU:{i}"));
         hint(&mut spans, "g", gpu);
+        hint(&mut spans, "f", "findings".into());
         hint(&mut spans, "⏎", "detail".into());
         hint(&mut spans, "t", "tree".into());
-        hint(&mut spans, "f", "findings".into());
         hint(&mut spans, "c", "chart".into());
         if !state.read_only {
             hint(&mut spans, "K", "kill".into());
         }
         hint(&mut spans, "p", pause.into());
-        Line::from(spans)
+        whole_hints(&spans, area.width)
     };
     super::draw_lines(f, area, &[line]);
+}
+
+/// The key hints (a key span and its text span each) that fit in `width` whole: a hint that
+/// does not fit is left out, never cut ("f finding").
+fn whole_hints(spans: &[Span<'static>], width: u16) -> Line<'static> {
+    let mut used = 0usize;
+    let mut kept = Vec::with_capacity(spans.len());
+    for pair in spans.chunks(2) {
+        let w: usize = pair
+            .iter()
+            .map(|s| s.content.trim_end().chars().count())
+            .sum();
+        if used + w > usize::from(width) {
+            break;
+        }
+        used += pair
+            .iter()
+            .map(|s| s.content.chars().count())
+            .sum::<usize>();
+        kept.extend(pair.iter().cloned());
+    }
+    Line::from(kept)
 }

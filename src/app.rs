@@ -87,7 +87,7 @@ pub fn run(cli: Cli) -> Result<u8> {
         Some(Command::Run(args)) => crate::run::command::run_job(&cli.global, &config, &args),
         Some(Command::Explain(args)) => cmd::explain::explain(&args),
         Some(Command::Daemon(args)) => cmd::daemon::daemon(&cli.global, &config, &args),
-        None => cmd::tui::dashboard(&cli.global, &config),
+        None => cmd::tui::dashboard(&cli.global, &config, None),
         Some(Command::Tui(args)) => cmd::tui::tui(&cli.global, &config, &args),
         Some(Command::Completions { .. } | Command::Man) => Ok(0),
     }

@@ -109,6 +109,11 @@ pub struct TuiArgs {
     /// File holding the bearer token for the remote daemon(s) (`daemon --token-file`).
     #[arg(long, value_name = "PATH")]
     pub token_file: Option<PathBuf>,
+    /// With --replay: start at this moment, in seconds from the recording's start. The 11
+    /// minutes recorded before it are run through the analysis first, so what was open then is
+    /// on screen at once.
+    #[arg(long, value_name = "SECONDS")]
+    pub at: Option<f64>,
 }
 
 /// `gpuwatch history …`.

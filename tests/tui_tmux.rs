@@ -861,3 +861,31 @@ fn the_table_hides_empty_columns_places_unattributed_rows_counts_and_scrolls_sid
     t.keys(&["q"]);
     t.wait_for("exit", |s| s.contains("EXITED rc=0"));
 }
+
+#[test]
+fn a_replay_started_at_a_moment_shows_what_was_open_then_at_once() {
+    // The real H200 trace: an intruder (PID 502) arrives at ≈ 28.8 s beside the watched job.
+    // Started at 36 s, the 36 s before are run through the analysis first: the external
+    // pressure and the filling-up open then are on screen from the first frame, although the
+    // replay itself has not seen the intruder arrive.
+    let rec = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/h200/leak-intruder.recording.jsonl");
+    let script = format!(
+        "'{}' --replay '{}' --watch pid:431 --watch pid:450 --watch pid:472 tui --at 36; echo \"EXITED rc=$?\"; sleep 60",
+        gpuwatch_bin(),
+        rec.display()
+    );
+    let t = Tmux::session("at", (160, 48), None, Duration::from_secs(10), &script);
+    let started = Instant::now();
+    let s = t.wait_for("the findings open at 36 s", |s| {
+        s.contains("external memory on GPU 0 rose by") && s.contains("GPU 0 will be full in")
+    });
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "on screen at once, not after a window of replay: {:?}\n{s}",
+        started.elapsed()
+    );
+    assert!(s.contains("pid 502"), "the intruder is named:\n{s}");
+    t.keys(&["q"]);
+    t.wait_for("exit", |s| s.contains("EXITED rc=0"));
+}

@@ -28,7 +28,12 @@ pub(crate) fn tui(g: &GlobalArgs, config: &Config, args: &crate::cli::TuiArgs) -
     if let Some(prometheus) = &args.prometheus {
         return cluster_overview(config, prometheus, token);
     }
-    dashboard(g, config)
+    if args.at.is_some() && g.replay.is_none() {
+        return Err(Failure::setup(
+            "tui --at SECONDS is a moment of a recording: it needs --replay FILE",
+        ));
+    }
+    dashboard(g, config, args.at)
 }
 
 /// `tui --connect URL`: a remote daemon's GPUs in the full dashboard (or, when the output is
@@ -136,13 +141,14 @@ fn cluster_overview(config: &Config, prometheus: &str, token: Option<String>) ->
     }
 }
 
-pub(crate) fn dashboard(g: &GlobalArgs, config: &Config) -> Result<u8> {
+/// The dashboard; `start_at`: where a replay starts (`tui --at`), its past primed.
+pub(crate) fn dashboard(g: &GlobalArgs, config: &Config, start_at: Option<f64>) -> Result<u8> {
     if !(std::io::stdout().is_terminal() && std::io::stdin().is_terminal()) {
-        return live_table(g, config);
+        return live_table(g, config, start_at);
     }
     raise_open_files_limit();
     // The dashboard opens at once; the first frame arrives when the source answers.
-    let sampler = start(g, config, None, false, true)?;
+    let sampler = start(g, config, start_at, false, true)?;
     let watch = watch_set(config, &sampler.info());
     let options = crate::tui::TuiOptions {
         // The dashboard runs on a terminal, so `auto` means colour.
@@ -159,9 +165,9 @@ pub(crate) fn dashboard(g: &GlobalArgs, config: &Config) -> Result<u8> {
 }
 
 /// The snapshot table, redrawn on every frame, for output that is not a terminal.
-fn live_table(g: &GlobalArgs, config: &Config) -> Result<u8> {
+fn live_table(g: &GlobalArgs, config: &Config, start_at: Option<f64>) -> Result<u8> {
     let rt = runtime()?;
-    let sampler = start(g, config, None, false, false)?;
+    let sampler = start(g, config, start_at, false, false)?;
     let first = first_frame(&rt, &sampler, config)?;
     let set = watch_set(config, &first.source);
     let tty = std::io::stdout().is_terminal();

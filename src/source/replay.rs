@@ -256,6 +256,30 @@ impl GpuSource for ReplaySource {
         false
     }
 
+    /// With a start (`--at`): the recorded samples of the `span` before it, at most one per
+    /// `step`, as recorded. Started at the beginning, a recording has no past.
+    fn past(&self, span: Duration, step: Duration) -> Vec<Sample> {
+        let Some(start) = self.samples.get(self.first).map(|s| s.taken_at) else {
+            return Vec::new();
+        };
+        let from = start - span.as_secs_f64();
+        let step = step.as_secs_f64();
+        let mut out: Vec<Sample> = Vec::new();
+        for s in &self.samples[..self.first] {
+            if s.taken_at < from || s.taken_at >= start {
+                continue;
+            }
+            if out
+                .last()
+                .is_some_and(|last| s.taken_at < last.taken_at + step - 1e-6)
+            {
+                continue;
+            }
+            out.push(s.clone());
+        }
+        out
+    }
+
     /// Before the first sample: zero. Then the recorded gap from the sample just returned to the
     /// next one, divided by the speed; zero once finished.
     fn next_delay(&self) -> Option<Duration> {
@@ -327,6 +351,33 @@ mod tests {
             speed,
             ..ReplayOptions::default()
         }
+    }
+
+    #[test]
+    fn a_replay_started_later_has_the_span_before_as_its_past_one_sample_a_step() {
+        // 4 Hz from 0 to 100 s; started at 90 s.
+        let times: Vec<f64> = (0..=400).map(|i| f64::from(i) * 0.25).collect();
+        let src = ReplaySource::from_recording(
+            recording(&times),
+            ReplayOptions {
+                start_at: Some(90.0),
+                ..opts(0.0)
+            },
+        )
+        .expect("valid");
+        let past = src.past(Duration::from_secs(30), Duration::from_secs(1));
+        let at: Vec<f64> = past.iter().map(|s| s.taken_at).collect();
+        assert_eq!(at.len(), 30, "{at:?}");
+        assert!(
+            (at[0] - 60.0).abs() < 1e-9 && (at[29] - 89.0).abs() < 1e-9,
+            "{at:?}"
+        );
+        // From the beginning there is no past.
+        let src = ReplaySource::from_recording(recording(&times), opts(0.0)).expect("valid");
+        assert!(
+            src.past(Duration::from_secs(30), Duration::from_secs(1))
+                .is_empty()
+        );
     }
 
     #[test]

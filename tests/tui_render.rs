@@ -226,29 +226,165 @@ fn detail_view() {
     insta::assert_snapshot!(text);
 }
 
+/// A torchrun job as the scenario gives it: four ranks, one per GPU, under launcher 5000.
+fn torchrun_scenario() -> Scenario {
+    let mut text = String::from("hostname = \"box\"\n");
+    for rank in 0..4 {
+        let _ = write!(
+            text,
+            r#"
+[[gpu]]
+memory_total = "80GiB"
+memory_reserved = "0"
+base_used = "512MiB"
+util_gpu = 90
+[[gpu.process]]
+pid = {pid}
+used = "{used}GiB"
+sm = {sm}
+host = {{ user = "{user}", command = "/usr/bin/python3 -u train.py --local-rank={rank} --nnodes=1 --config configs/llama-13b.yaml --output /scratch/run-17", cpu = 150, rss = "9GiB", ppid = 5000 }}
+"#,
+            pid = 5001 + rank,
+            used = 60 + rank,
+            sm = 70 + rank,
+            user = if rank == 3 { "bob" } else { "alice" },
+        );
+    }
+    Scenario::parse(&text).expect("scenario")
+}
+
+/// The rows the tree view reads for it: launcher, ranks, two data-loader workers per rank
+/// (forked from the rank: the same command line), one with a hostile command line.
+fn torchrun_tree() -> Vec<TreeRow> {
+    let row = |pid, depth, on_gpu, command: &str| TreeRow {
+        pid,
+        name: "python3".to_string(),
+        depth,
+        on_gpu,
+        user: Some("alice".to_string()),
+        command: Some(command.to_string()),
+    };
+    let rank = |n: u32| {
+        format!(
+            "/usr/bin/python3 -u train.py --local-rank={n} --nnodes=1 --config configs/llama-13b.yaml --output /scratch/run-17"
+        )
+    };
+    let mut rows = vec![row(
+        5000,
+        0,
+        false,
+        "/usr/bin/python3 /usr/local/bin/torchrun --nproc-per-node=4 train.py --config configs/llama-13b.yaml",
+    )];
+    for n in 0..4 {
+        let pid = 5001 + n;
+        rows.push(row(pid, 1, true, &rank(n)));
+        if n < 3 {
+            rows.push(row(6000 + 10 * n, 2, false, &rank(n)));
+            rows.push(row(6001 + 10 * n, 2, false, &rank(n)));
+        }
+    }
+    let mut hostile = row(6100, 2, false, "sh -c \x1b[2Jecho pwned");
+    hostile.user = Some("bob".to_string());
+    rows.push(hostile);
+    rows
+}
+
 #[test]
 fn tree_view() {
-    let (mut st, last) = fed(&demo(), "alice", DEMO_START, 5);
+    let (mut st, last) = fed(
+        &ScriptedSource::new(torchrun_scenario(), "t"),
+        "alice",
+        NOW,
+        3,
+    );
     let effect = st.update(Command::ToggleTree);
     assert!(matches!(effect, gpuwatch::tui::state::Effect::LoadTree(_)));
     assert_eq!(st.view, View::Tree);
-    let row = |pid, name: &str, depth, on_gpu| TreeRow {
-        pid,
-        name: name.to_string(),
-        depth,
-        on_gpu,
-    };
-    st.tree_loaded(vec![
-        row(2088, "bash", 0, false),
-        row(2101, "python", 1, true),
-        row(2102, "pt_data_worker", 2, false),
-        row(2103, "pt_data_worker", 2, false),
-        row(2301, "torchrun", 0, false),
-        row(2350, "python", 1, true),
-        row(3011, "python", 0, true),
-        row(4120, "python", 0, true),
-    ]);
-    insta::assert_snapshot!(screen(&mut st, 100, 30, fresh(last)));
+    st.tree_loaded(torchrun_tree());
+    let text = screen(&mut st, 120, 40, fresh(last));
+    // Each rank is told apart by its command line, with its user, memory, SM and GPU.
+    for n in 0..4 {
+        let line = text
+            .lines()
+            .find(|l| l.contains(&format!("{:>7} ", 5001 + n)))
+            .unwrap_or_else(|| panic!("rank {n} missing:\n{text}"));
+        assert!(line.contains(&format!("--local-rank={n}")), "{line}");
+        assert!(line.contains(&format!("{}.0GiB", 60 + n)), "{line}");
+        assert!(
+            line.contains(if n == 3 { " bob " } else { " alice " }),
+            "{line}"
+        );
+        // Mine: alice's ranks.
+        assert_eq!(line.starts_with('*'), n != 3, "{line}");
+    }
+    assert!(
+        text.contains("├─ /usr/bin/python3 -u train.py --local-rank=0"),
+        "{text}"
+    );
+    assert!(text.contains("│  ├─ "), "{text}");
+    assert!(text.contains("│  └─ "), "{text}");
+    assert!(
+        text.contains("└─ /usr/bin/python3 -u train.py --local-rank=3"),
+        "{text}"
+    );
+    assert!(
+        text.contains("   └─ sh -c \\e[2Jecho pwned"),
+        "escaped: {text}"
+    );
+    assert!(!text.contains('\x1b'));
+    // Lines are cut at the edge, never wrapped.
+    assert!(text.lines().all(|l| l.chars().count() <= 120));
+    insta::assert_snapshot!(text);
+}
+
+#[test]
+fn tree_view_collapsed() {
+    let (mut st, last) = fed(
+        &ScriptedSource::new(torchrun_scenario(), "t"),
+        "alice",
+        NOW,
+        3,
+    );
+    st.update(Command::ToggleTree);
+    st.tree_loaded(torchrun_tree());
+    // The cursor starts on the table's selected process: the largest, rank 3.
+    assert_eq!(st.tree.cursor(), Some(5004));
+    st.update(Command::Home);
+    st.update(Command::TreeCollapse);
+    let text = screen(&mut st, 80, 24, fresh(last));
+    assert!(
+        text.contains(
+            "     5000 alice                         [+11] /usr/bin/python3 /usr/local/b"
+        ),
+        "{text}"
+    );
+    assert!(!text.contains("--local-rank"), "{text}");
+    insta::assert_snapshot!(text);
+    st.update(Command::TreeExpand);
+    // On a data-loader worker: `-` folds its rank; Enter and K need a GPU process.
+    st.update(Command::Down);
+    st.update(Command::Down);
+    assert_eq!(st.tree.cursor(), Some(6000));
+    st.update(Command::OpenDetail);
+    assert_eq!(
+        st.view,
+        View::Tree,
+        "no detail for a process without GPU memory"
+    );
+    assert!(
+        st.message
+            .as_deref()
+            .is_some_and(|m| m.contains("PID 6000"))
+    );
+    st.update(Command::TreeCollapse);
+    assert_eq!(st.tree.cursor(), Some(5001));
+    let text = screen(&mut st, 120, 40, fresh(last));
+    assert!(
+        text.contains("├─ [+2] /usr/bin/python3 -u train.py --local-rank=0"),
+        "{text}"
+    );
+    // The cursor on a rank selects it in the table.
+    assert_eq!(st.selected_row().map(|(_, p)| p.pid), Some(5001));
 }
 
 #[test]

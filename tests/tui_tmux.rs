@@ -677,3 +677,48 @@ fn the_demo_tells_all_its_stories_within_ten_seconds_and_changes_within_a_minute
         started.elapsed()
     );
 }
+
+/// The demo's tree (`t`): each GPU process under its parent with its user, `*` for mine and
+/// its full command line; `-` on a parent hides its child and says how many, `+` shows it.
+#[test]
+fn the_demo_tree_shows_users_and_command_lines_and_collapses() {
+    let t = Tmux::start("tree", &[], "--demo --interval 200ms");
+    t.wait_for("the demo", |s| {
+        s.contains("GPU 3 H200") && s.contains("4120")
+    });
+    t.keys(&["t"]);
+    let s = t.wait_for("the tree", |s| s.contains("TREE · COMMAND"));
+    let line_of = |s: &str, pid: &str| {
+        s.lines()
+            .find(|l| l.contains(&format!(" {pid} ")))
+            .unwrap_or_else(|| panic!("PID {pid} not in the tree:\n{s}"))
+            .to_string()
+    };
+    let alice = line_of(&s, "2101");
+    assert!(alice.starts_with('*'), "alice's process is mine: {alice}");
+    assert!(alice.contains(" alice "), "{alice}");
+    assert!(
+        alice.contains("└─ python train.py --model resnet152 --batch-size 256 --epochs 90"),
+        "the full command line under its parent: {alice}"
+    );
+    let bob = line_of(&s, "4120");
+    assert!(!bob.starts_with('*') && bob.contains(" bob "), "{bob}");
+    assert!(
+        bob.contains("python eval.py --model llama-70b --batch-size 64"),
+        "{bob}"
+    );
+    // Home: the first root, 2101's parent; `-` hides 2101.
+    let parent = line_of(&s, "2088");
+    assert!(!parent.contains("└─"), "a root: {parent}");
+    t.keys(&["Home", "-"]);
+    let s = t.wait_for("the collapsed parent", |s| s.contains("[+1]"));
+    assert!(line_of(&s, "2088").contains("[+1]"), "{s}");
+    assert!(!s.contains(" 2101 "), "the child is hidden:\n{s}");
+    assert!(s.contains(" 4120 "), "other trees stay:\n{s}");
+    t.keys(&["+"]);
+    let s = t.wait_for("the expanded parent", |s| s.contains(" 2101 "));
+    assert!(!s.contains("[+1]"), "{s}");
+    t.keys(&["q"]);
+    let s = t.wait_for("exit", |s| s.contains("EXITED"));
+    assert!(s.contains("EXITED rc=0"), "{s}");
+}

@@ -12,6 +12,8 @@ pub enum Scope {
     Global,
     /// The process table (main and tree views).
     Table,
+    /// The tree view only.
+    Tree,
     /// The process detail view.
     Detail,
     /// The memory chart view.
@@ -200,6 +202,20 @@ pub const BINDINGS: &[Binding] = &[
         "tree view (parents, workers, ranks)",
     ),
     b(
+        &[KeyCode::Char('-')],
+        Scope::Tree,
+        Command::TreeCollapse,
+        "-",
+        "collapse the subtree (on a leaf: its parent's)",
+    ),
+    b(
+        &[KeyCode::Char('+'), KeyCode::Char('=')],
+        Scope::Tree,
+        Command::TreeExpand,
+        "+",
+        "expand the subtree",
+    ),
+    b(
         &[KeyCode::Char('c')],
         Scope::Global,
         Command::OpenChart,
@@ -299,6 +315,7 @@ pub fn applies(scope: Scope, mode: Mode) -> bool {
     match mode {
         Mode::Dialog => matches!(scope, Scope::Dialog) || matches!(scope, Scope::Global),
         Mode::Table => matches!(scope, Scope::Global | Scope::Table),
+        Mode::Tree => matches!(scope, Scope::Global | Scope::Table | Scope::Tree),
         Mode::Detail => matches!(scope, Scope::Global | Scope::Detail),
         Mode::Chart => matches!(scope, Scope::Global | Scope::Chart),
         Mode::Filter => false,
@@ -315,7 +332,13 @@ mod tests {
 
     #[test]
     fn no_key_is_bound_twice_in_one_mode() {
-        for mode in [Mode::Table, Mode::Detail, Mode::Chart, Mode::Dialog] {
+        for mode in [
+            Mode::Table,
+            Mode::Tree,
+            Mode::Detail,
+            Mode::Chart,
+            Mode::Dialog,
+        ] {
             let mut seen = std::collections::HashSet::new();
             for b in BINDINGS.iter().filter(|b| applies(b.scope, mode)) {
                 for k in b.keys {
@@ -333,6 +356,19 @@ mod tests {
         );
         assert_eq!(lookup(key(KeyCode::F(9)), Mode::Table), Some(Command::Kill));
         assert_eq!(lookup(key(KeyCode::Char('y')), Mode::Table), None);
+        assert_eq!(lookup(key(KeyCode::Char('-')), Mode::Table), None);
+        assert_eq!(
+            lookup(key(KeyCode::Char('-')), Mode::Tree),
+            Some(Command::TreeCollapse)
+        );
+        assert_eq!(
+            lookup(key(KeyCode::Char('+')), Mode::Tree),
+            Some(Command::TreeExpand)
+        );
+        assert_eq!(
+            lookup(key(KeyCode::Char('j')), Mode::Tree),
+            Some(Command::Down)
+        );
         assert_eq!(
             lookup(key(KeyCode::Char('y')), Mode::Dialog),
             Some(Command::Confirm)

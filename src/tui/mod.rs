@@ -10,6 +10,7 @@ pub mod shown;
 pub mod state;
 pub mod terminal;
 pub mod theme;
+pub mod tree;
 pub mod view;
 
 use std::io::Stdout;

@@ -65,6 +65,8 @@ pub enum Mode {
     Detail,
     Chart,
     Dialog,
+    /// The tree view: the table's keys, and collapsing.
+    Tree,
 }
 
 /// Everything input, frames and effect results can ask of the state.
@@ -92,6 +94,10 @@ pub enum Command {
     CycleGpu,
     OpenDetail,
     ToggleTree,
+    /// The tree view: hide the selected node's subtree (on a leaf, its parent's).
+    TreeCollapse,
+    /// The tree view: show the selected node's subtree again.
+    TreeExpand,
     OpenChart,
     ToggleWatchPid,
     ToggleWatchUser,
@@ -215,7 +221,8 @@ pub struct UiState {
     pub read_only: bool,
     pub kill: Option<KillPrompt>,
     pub detail: Option<ProcDetail>,
-    pub tree: Vec<TreeRow>,
+    /// The tree view's rows, collapsed subtrees and cursor.
+    pub tree: super::tree::Tree,
     tree_read_at: Option<Instant>,
     pub chart_span: usize,
     pub message: Option<String>,
@@ -258,7 +265,7 @@ impl UiState {
             read_only,
             kill: None,
             detail: None,
-            tree: Vec::new(),
+            tree: super::tree::Tree::default(),
             tree_read_at: None,
             chart_span: 3,
             message: None,
@@ -286,7 +293,8 @@ impl UiState {
             Mode::Dialog
         } else {
             match self.view {
-                View::Table | View::Tree => Mode::Table,
+                View::Table => Mode::Table,
+                View::Tree => Mode::Tree,
                 View::Detail(_) => Mode::Detail,
                 View::Chart { .. } => Mode::Chart,
             }
@@ -600,7 +608,85 @@ impl UiState {
     }
 
     pub fn tree_loaded(&mut self, rows: Vec<TreeRow>) {
-        self.tree = rows;
+        self.tree.set_rows(rows);
+    }
+
+    /// Tree view: cursor keys, paging and the wheel move the tree's cursor; landing on a GPU
+    /// process selects it in the table (what `Enter`, `w`, `K` act on).
+    fn navigate_tree(&mut self, cmd: Command) {
+        let page = isize::try_from(self.tree_page()).unwrap_or(isize::MAX);
+        let pid = match cmd {
+            Command::Up => self.tree.move_by(-1),
+            Command::Down => self.tree.move_by(1),
+            Command::PageUp => self.tree.move_by(-page),
+            Command::PageDown => self.tree.move_by(page),
+            Command::Home => self.tree.move_to_end(false),
+            Command::End => self.tree.move_to_end(true),
+            Command::ScrollUp => self.tree.move_by(-3),
+            Command::ScrollDown => self.tree.move_by(3),
+            Command::Click(x, y) => {
+                let body = self.layout().body;
+                // The body's first line is the tree's header.
+                if x < body.x || x >= body.right() || y <= body.y || y >= body.bottom() {
+                    return;
+                }
+                let (shown, at) = self.tree.shown();
+                let first = super::tree::first_shown(at, self.tree_page());
+                let Some(pid) = shown
+                    .get(first + usize::from(y - body.y - 1))
+                    .map(|s| s.row.pid)
+                else {
+                    return;
+                };
+                self.tree.point_at(pid);
+                Some(pid)
+            }
+            _ => None,
+        };
+        if let Some(pid) = pid {
+            self.select_tree_pid(pid);
+        }
+    }
+
+    /// Rows of the tree the body shows (below its header line).
+    pub fn tree_page(&self) -> usize {
+        usize::from(self.layout().body.height.saturating_sub(1)).max(1)
+    }
+
+    /// Selects the table row of `pid` (its first GPU), when it has one.
+    fn select_tree_pid(&mut self, pid: u32) {
+        let Some(frame) = self.shown.clone() else {
+            return;
+        };
+        let at = self.rows.iter().position(|r| {
+            frame
+                .sample
+                .gpus
+                .get(r.gpu)
+                .and_then(|g| g.processes.get(r.proc))
+                .is_some_and(|p| p.pid == pid)
+        });
+        if let Some(i) = at {
+            self.select(i);
+        }
+    }
+
+    /// In the tree view, whether the cursor is on a process without GPU memory (no table row
+    /// to act on): then says so and returns true.
+    fn tree_cursor_off_gpu(&mut self) -> bool {
+        if self.view != View::Tree {
+            return false;
+        }
+        let Some(pid) = self.tree.cursor() else {
+            return false;
+        };
+        if self.selected_row().is_some_and(|(_, p)| p.pid == pid) {
+            return false;
+        }
+        self.message = Some(format!(
+            "PID {pid} holds no GPU memory: select a GPU process in the tree"
+        ));
+        true
     }
 
     pub fn signal_result(&mut self, sig: Sig, result: Result<(), String>) {
@@ -636,9 +722,29 @@ impl UiState {
             | Command::End
             | Command::ScrollUp
             | Command::ScrollDown
-            | Command::Click(..)
-            | Command::Resize(..) => {
+            | Command::Click(..) => {
+                if self.view == View::Tree {
+                    self.navigate_tree(cmd);
+                } else {
+                    self.navigate(cmd);
+                }
+                Effect::None
+            }
+            Command::Resize(..) => {
                 self.navigate(cmd);
+                Effect::None
+            }
+            Command::TreeCollapse => {
+                // The cursor may move up to the parent.
+                if self.tree.collapse()
+                    && let Some(pid) = self.tree.cursor()
+                {
+                    self.select_tree_pid(pid);
+                }
+                Effect::None
+            }
+            Command::TreeExpand => {
+                self.tree.expand();
                 Effect::None
             }
             Command::SortNext
@@ -736,6 +842,9 @@ impl UiState {
     fn change_view(&mut self, cmd: Command) -> Effect {
         match cmd {
             Command::OpenDetail => {
+                if self.tree_cursor_off_gpu() {
+                    return Effect::None;
+                }
                 if let Some((g, p)) = self.selected_row() {
                     let pid = p.pid;
                     self.view = View::Detail(History::key_of(&g.uuid, p));
@@ -748,6 +857,9 @@ impl UiState {
                     self.view = View::Table;
                 } else {
                     self.view = View::Tree;
+                    if let Some((_, p)) = self.selected_row() {
+                        self.tree.point_at(p.pid);
+                    }
                     return self.load_tree();
                 }
             }
@@ -779,6 +891,9 @@ impl UiState {
 
     /// `w` / `W`: the selected process, or its user, joins or leaves the watched set.
     fn toggle_watch(&mut self, cmd: Command) {
+        if self.tree_cursor_off_gpu() {
+            return;
+        }
         let Some((_, p)) = self.selected_row() else {
             return;
         };
@@ -857,6 +972,9 @@ impl UiState {
                 "signals go only to live processes: these PIDs are simulated or recorded"
                     .to_string(),
             );
+            return;
+        }
+        if self.tree_cursor_off_gpu() {
             return;
         }
         let Some((g, p)) = self.selected_row() else {

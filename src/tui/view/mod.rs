@@ -16,6 +16,7 @@ mod detail;
 mod gpus;
 mod header;
 mod overlay;
+mod tree;
 
 use ratatui::Frame;
 
@@ -80,7 +81,7 @@ pub fn render(f: &mut Frame<'_>, state: &UiState, ctx: &Context) {
     gpus::render(f, a.gpus, state, ctx, a.grid);
     match &state.view {
         View::Table => body::render_table(f, a.body, a.table_rows, state, ctx),
-        View::Tree => body::render_tree(f, a.body, state, ctx),
+        View::Tree => tree::render(f, a.body, state, ctx),
         View::Detail(key) => detail::render(f, a.body, state, ctx, key),
         View::Chart { gpu } => detail::render_chart(f, a.body, state, ctx, gpu),
     }

@@ -26,6 +26,7 @@ pub fn render_help(f: &mut Frame<'_>, full: Rect, ctx: &Context) {
     for (scope, title) in [
         (Scope::Global, "everywhere"),
         (Scope::Table, "process table"),
+        (Scope::Tree, "tree view"),
         (Scope::Chart, "memory chart"),
         (Scope::Dialog, "kill confirmation"),
     ] {

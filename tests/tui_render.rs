@@ -396,6 +396,50 @@ fn help_overlay() {
     insta::assert_snapshot!(text);
 }
 
+/// At 80×24 the help is taller than the screen: it says which lines it shows and scrolls to
+/// the last key.
+#[test]
+fn help_overlay_scrolls_at_80x24() {
+    let (mut st, last) = fed(&demo(), "alice", DEMO_START, 2);
+    st.update(Command::ToggleHelp);
+    let text = screen(&mut st, 80, 24, fresh(last));
+    let total = gpuwatch::tui::keymap::help_lines().len();
+    assert!(
+        text.contains(&format!("lines 1–22 of {total}")),
+        "the indicator:\n{text}"
+    );
+    assert!(text.contains("keys (? or Esc to close)"), "{text}");
+    insta::assert_snapshot!(text);
+    // Down scrolls one line; PgDn pages to the end and stops there.
+    st.update(Command::Down);
+    let text = screen(&mut st, 80, 24, fresh(last));
+    assert!(text.contains(&format!("lines 2–23 of {total}")), "{text}");
+    assert!(!text.contains("last line"), "{text}");
+    for _ in 0..10 {
+        st.update(Command::PageDown);
+    }
+    let text = screen(&mut st, 80, 24, fresh(last));
+    assert!(
+        text.contains(&format!("lines {}–{total} of {total}", total - 21)),
+        "{text}"
+    );
+    assert!(text.contains("End     last line"), "the last key:\n{text}");
+    assert!(text.contains("mouse: click selects a process"), "{text}");
+    // The keys scrolled the help, not the table behind it; Up goes back.
+    assert_eq!(st.selected, 0);
+    st.update(Command::Up);
+    let text = screen(&mut st, 80, 24, fresh(last));
+    assert!(
+        text.contains(&format!("lines {}–{} of {total}", total - 22, total - 1)),
+        "{text}"
+    );
+    // Closed and opened again: from the top.
+    st.update(Command::ToggleHelp);
+    st.update(Command::ToggleHelp);
+    let text = screen(&mut st, 80, 24, fresh(last));
+    assert!(text.contains(&format!("lines 1–22 of {total}")), "{text}");
+}
+
 #[test]
 fn stale_source() {
     let (mut st, last) = fed(&demo(), "alice", DEMO_START, 3);

@@ -722,3 +722,32 @@ fn the_demo_tree_shows_users_and_command_lines_and_collapses() {
     let s = t.wait_for("exit", |s| s.contains("EXITED"));
     assert!(s.contains("EXITED rc=0"), "{s}");
 }
+
+/// At 80×24 the help (`?`) is taller than the screen: it says which lines it shows, and the
+/// keys scroll it to its last key.
+#[test]
+fn the_help_scrolls_to_its_last_key_at_80x24() {
+    let script = format!(
+        "'{}' --demo --interval 200ms; echo \"EXITED rc=$?\"; sleep 60",
+        gpuwatch_bin()
+    );
+    let t = Tmux::session("help", (80, 24), None, Duration::from_secs(10), &script);
+    t.wait_for("the demo", |s| {
+        s.contains("GPU 3 H200") && s.contains("q quit")
+    });
+    t.keys(&["?"]);
+    // Its bottom border is drawn last: the whole overlay is there.
+    let s = t.wait_for("the help and its indicator", |s| {
+        s.contains("lines 1–22 of ")
+    });
+    assert!(s.contains("keys (? or Esc to close)"), "{s}");
+    assert!(!s.contains("last line"), "{s}");
+    t.keys(&["PageDown", "PageDown", "PageDown"]);
+    let s = t.wait_for("the end of the help", |s| s.contains("End     last line"));
+    assert!(s.contains("mouse: click selects a process"), "{s}");
+    t.keys(&["Down", "Up", "Escape"]);
+    t.wait_for("the help closed", |s| !s.contains("keys (? or Esc"));
+    t.keys(&["q"]);
+    let s = t.wait_for("exit", |s| s.contains("EXITED"));
+    assert!(s.contains("EXITED rc=0"), "{s}");
+}

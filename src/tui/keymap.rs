@@ -20,6 +20,8 @@ pub enum Scope {
     Chart,
     /// The kill confirmation.
     Dialog,
+    /// The help overlay, while it is open.
+    Help,
 }
 
 /// One binding: the keys, what they do, and the help text.
@@ -265,6 +267,48 @@ pub const BINDINGS: &[Binding] = &[
         "zoom out (longer span)",
     ),
     b(
+        &[KeyCode::Up, KeyCode::Char('k')],
+        Scope::Help,
+        Command::Up,
+        "↑ k",
+        "scroll up",
+    ),
+    b(
+        &[KeyCode::Down, KeyCode::Char('j')],
+        Scope::Help,
+        Command::Down,
+        "↓ j",
+        "scroll down",
+    ),
+    b(
+        &[KeyCode::PageUp],
+        Scope::Help,
+        Command::PageUp,
+        "PgUp",
+        "page up",
+    ),
+    b(
+        &[KeyCode::PageDown],
+        Scope::Help,
+        Command::PageDown,
+        "PgDn",
+        "page down",
+    ),
+    b(
+        &[KeyCode::Home],
+        Scope::Help,
+        Command::Home,
+        "Home",
+        "first line",
+    ),
+    b(
+        &[KeyCode::End],
+        Scope::Help,
+        Command::End,
+        "End",
+        "last line",
+    ),
+    b(
         &[KeyCode::Char('y')],
         Scope::Dialog,
         Command::Confirm,
@@ -318,8 +362,51 @@ pub fn applies(scope: Scope, mode: Mode) -> bool {
         Mode::Tree => matches!(scope, Scope::Global | Scope::Table | Scope::Tree),
         Mode::Detail => matches!(scope, Scope::Global | Scope::Detail),
         Mode::Chart => matches!(scope, Scope::Global | Scope::Chart),
+        Mode::Help => matches!(scope, Scope::Global | Scope::Help),
         Mode::Filter => false,
     }
+}
+
+/// One line of the help overlay.
+#[derive(Clone, Copy)]
+pub enum HelpLine {
+    /// A section: where the keys below it apply.
+    Title(&'static str),
+    Key(&'static Binding),
+    Note(&'static str),
+}
+
+/// The help overlay's lines, from the key table: each scope's title, then its bindings.
+pub fn help_lines() -> Vec<HelpLine> {
+    let mut out = Vec::with_capacity(BINDINGS.len() + 8);
+    for (scope, title) in [
+        (Scope::Global, "everywhere"),
+        (Scope::Table, "process table"),
+        (Scope::Tree, "tree view"),
+        (Scope::Chart, "memory chart"),
+        (Scope::Dialog, "kill confirmation"),
+        (Scope::Help, "this help"),
+    ] {
+        out.push(HelpLine::Title(title));
+        out.extend(
+            BINDINGS
+                .iter()
+                .filter(|b| b.scope == scope)
+                .map(HelpLine::Key),
+        );
+    }
+    out.push(HelpLine::Note(
+        "mouse: click selects a process, the wheel scrolls",
+    ));
+    out
+}
+
+/// How many help lines a screen `height` rows high shows at once (inside the overlay's
+/// border), and the most the help can scroll.
+pub fn help_page(height: u16) -> (usize, usize) {
+    let n = help_lines().len();
+    let page = usize::from(height).min(n + 2).saturating_sub(2).max(1);
+    (page, n.saturating_sub(page))
 }
 
 #[cfg(test)]
@@ -338,6 +425,7 @@ mod tests {
             Mode::Detail,
             Mode::Chart,
             Mode::Dialog,
+            Mode::Help,
         ] {
             let mut seen = std::collections::HashSet::new();
             for b in BINDINGS.iter().filter(|b| applies(b.scope, mode)) {

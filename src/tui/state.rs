@@ -67,6 +67,8 @@ pub enum Mode {
     Dialog,
     /// The tree view: the table's keys, and collapsing.
     Tree,
+    /// The help overlay is open: its scroll keys.
+    Help,
 }
 
 /// Everything input, frames and effect results can ask of the state.
@@ -204,6 +206,8 @@ pub struct UiState {
     pub derived: HashMap<ProcKey, Derived>,
     pub view: View,
     pub help: bool,
+    /// The help overlay's first line shown.
+    pub help_scroll: usize,
     pub sort: SortKey,
     pub descending: bool,
     pub filter: String,
@@ -253,6 +257,7 @@ impl UiState {
             derived: HashMap::new(),
             view: View::Table,
             help: false,
+            help_scroll: 0,
             sort: SortKey::Memory,
             descending: true,
             filter: String::new(),
@@ -289,6 +294,8 @@ impl UiState {
     pub fn mode(&self) -> Mode {
         if self.filter_editing {
             Mode::Filter
+        } else if self.help {
+            Mode::Help
         } else if self.kill.is_some() {
             Mode::Dialog
         } else {
@@ -648,6 +655,24 @@ impl UiState {
         }
     }
 
+    /// Help open: the keys scroll it, within its length.
+    fn scroll_help(&mut self, cmd: Command) {
+        let (page, max) = super::keymap::help_page(self.size.1);
+        let now = self.help_scroll;
+        self.help_scroll = match cmd {
+            Command::Up => now.saturating_sub(1),
+            Command::Down => now + 1,
+            Command::PageUp => now.saturating_sub(page),
+            Command::PageDown => now + page,
+            Command::Home => 0,
+            Command::End => max,
+            Command::ScrollUp => now.saturating_sub(3),
+            Command::ScrollDown => now + 3,
+            _ => now,
+        }
+        .min(max);
+    }
+
     /// Rows of the tree the body shows (below its header line).
     pub fn tree_page(&self) -> usize {
         usize::from(self.layout().body.height.saturating_sub(1)).max(1)
@@ -708,6 +733,7 @@ impl UiState {
             }
             Command::ToggleHelp => {
                 self.help = !self.help;
+                self.help_scroll = 0;
                 Effect::None
             }
             Command::Back => {
@@ -723,7 +749,9 @@ impl UiState {
             | Command::ScrollUp
             | Command::ScrollDown
             | Command::Click(..) => {
-                if self.view == View::Tree {
+                if self.help {
+                    self.scroll_help(cmd);
+                } else if self.view == View::Tree {
                     self.navigate_tree(cmd);
                 } else {
                     self.navigate(cmd);

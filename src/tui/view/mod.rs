@@ -91,7 +91,7 @@ pub fn render(f: &mut Frame<'_>, state: &UiState, ctx: &Context) {
         overlay::render_kill(f, full, state, ctx);
     }
     if state.help {
-        overlay::render_help(f, full, ctx);
+        overlay::render_help(f, full, state, ctx);
     }
 }
 

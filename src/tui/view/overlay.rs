@@ -6,7 +6,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Clear, Paragraph, Wrap};
 
 use super::Context;
-use crate::tui::keymap::{BINDINGS, Scope};
+use crate::tui::keymap::{HelpLine, help_lines, help_page};
 use crate::tui::state::{KillStage, UiState};
 
 fn centered(full: Rect, width: u16, height: u16) -> Rect {
@@ -20,38 +20,40 @@ fn centered(full: Rect, width: u16, height: u16) -> Rect {
     )
 }
 
-pub fn render_help(f: &mut Frame<'_>, full: Rect, ctx: &Context) {
+/// The help: every binding, by where it applies. Taller than the screen, it scrolls
+/// ([`UiState::help_scroll`]) and its bottom border says which lines are shown.
+pub fn render_help(f: &mut Frame<'_>, full: Rect, state: &UiState, ctx: &Context) {
     let t = ctx.theme;
-    let mut lines = Vec::new();
-    for (scope, title) in [
-        (Scope::Global, "everywhere"),
-        (Scope::Table, "process table"),
-        (Scope::Tree, "tree view"),
-        (Scope::Chart, "memory chart"),
-        (Scope::Dialog, "kill confirmation"),
-    ] {
-        lines.push(Line::from(Span::styled(title, t.header())));
-        for b in BINDINGS.iter().filter(|b| b.scope == scope) {
-            lines.push(Line::from(vec![
+    let all = help_lines();
+    let (page, max) = help_page(full.height);
+    let first = state.help_scroll.min(max);
+    let lines: Vec<Line<'_>> = all
+        .iter()
+        .skip(first)
+        .take(page)
+        .map(|l| match l {
+            HelpLine::Title(title) => Line::from(Span::styled(*title, t.header())),
+            HelpLine::Key(b) => Line::from(vec![
                 Span::styled(format!("  {:<8}", b.label), t.key()),
                 Span::raw(b.help),
-            ]));
-        }
+            ]),
+            HelpLine::Note(note) => Line::from(Span::styled(*note, t.dim())),
+        })
+        .collect();
+    let area = centered(full, 60, u16::try_from(page + 2).unwrap_or(u16::MAX));
+    let mut block = Block::default()
+        .borders(Borders::ALL)
+        .title(" keys (? or Esc to close) ");
+    if max > 0 {
+        block = block.title_bottom(format!(
+            " lines {}–{} of {} · ↑↓ PgUp PgDn ",
+            first + 1,
+            first + lines.len(),
+            all.len()
+        ));
     }
-    lines.push(Line::from(Span::styled(
-        "mouse: click selects a process, the wheel scrolls",
-        t.dim(),
-    )));
-    let area = centered(full, 60, lines.len() as u16 + 2);
     f.render_widget(Clear, area);
-    f.render_widget(
-        Paragraph::new(lines).block(
-            Block::default()
-                .borders(Borders::ALL)
-                .title(" keys (? or Esc to close) "),
-        ),
-        area,
-    );
+    f.render_widget(Paragraph::new(lines).block(block), area);
 }
 
 pub fn render_kill(f: &mut Frame<'_>, full: Rect, state: &UiState, ctx: &Context) {

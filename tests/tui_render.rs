@@ -494,6 +494,60 @@ fn kill_confirmation() {
     insta::assert_snapshot!(text);
 }
 
+/// The text inside the kill dialog's border, its lines joined by spaces.
+fn dialog_text(screen: &str) -> String {
+    let mut inside = false;
+    let mut words = Vec::new();
+    for line in screen.lines() {
+        if line.contains("┌ signal a process") {
+            inside = true;
+            continue;
+        }
+        if inside && line.contains('└') {
+            break;
+        }
+        if inside {
+            let body = line.split('│').nth(1).unwrap_or("");
+            words.extend(body.split_whitespace().map(str::to_string));
+        }
+    }
+    words.join(" ")
+}
+
+/// The refusals are the dialog's longest texts: at 80×24 each is on screen whole, wrapped.
+#[test]
+fn kill_refusals_are_shown_whole_at_80x24() {
+    let (mut st, last) = fed_as(&demo(), Some(SourceKind::Live), "alice", DEMO_START, 3);
+    // PID 91234 is not visible here: no start time pins its identity.
+    while st.selected_row().map(|(_, p)| p.pid) != Some(91234) {
+        st.update(Command::Down);
+    }
+    st.update(Command::Kill);
+    let text = screen(&mut st, 80, 24, fresh(last));
+    let said = gpuwatch::signal::SignalError::NoIdentity { pid: 91234 }.to_string();
+    assert!(dialog_text(&text).contains(&said), "{said}\n{text}");
+    insta::assert_snapshot!(text);
+
+    // A process that cannot be pinned (no pidfd): the longest refusal, after the question.
+    st.update(Command::Back);
+    while st.selected_row().map(|(_, p)| p.pid) != Some(4120) {
+        st.update(Command::Up);
+    }
+    st.update(Command::Kill);
+    let said = gpuwatch::signal::SignalError::NotPinned {
+        pid: 4120,
+        source: std::io::Error::from_raw_os_error(38),
+    }
+    .to_string();
+    st.signal_result(gpuwatch::signal::Sig::Term, Err(said.clone()));
+    for (w, h) in [(80, 24), (60, 20), (40, 24)] {
+        let text = screen(&mut st, w, h, fresh(last));
+        let inside = dialog_text(&text);
+        assert!(inside.contains(&said), "{w}×{h}: {said}\n{text}");
+        assert!(inside.contains("bob: python eval.py"), "{w}×{h}:\n{text}");
+    }
+}
+
 #[test]
 fn read_only_refuses_to_signal() {
     let src = demo();

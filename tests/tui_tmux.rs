@@ -378,8 +378,10 @@ fn a_pid_not_visible_here_is_never_signalled() {
         "the process that took PID {TAKEN_PID} was signalled: {:?}\n{after}",
         std::fs::read_to_string(dir.join("exit"))
     );
+    // The whole refusal, wrapped inside the dialog.
     let said = format!(
-        "PID {TAKEN_PID} is not visible in this PID namespace: its identity can't be checked"
+        "PID {TAKEN_PID} is not visible in this PID namespace: its identity can't be checked, \
+         so gpuwatch will not signal it"
     );
     let flat = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
     assert!(

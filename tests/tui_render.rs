@@ -385,6 +385,18 @@ fn tree_view_collapsed() {
     );
     // The cursor on a rank selects it in the table.
     assert_eq!(st.selected_row().map(|(_, p)| p.pid), Some(5001));
+    // A click on a line of the tree (below its header) moves the cursor there.
+    let body = st.layout().body;
+    let line = text
+        .lines()
+        .position(|l| l.contains("   5003 "))
+        .expect("rank 2 on screen");
+    st.update(Command::Click(
+        body.x + 3,
+        u16::try_from(line).expect("row"),
+    ));
+    assert_eq!(st.tree.cursor(), Some(5003));
+    assert_eq!(st.selected_row().map(|(_, p)| p.pid), Some(5003));
 }
 
 #[test]

@@ -7,7 +7,6 @@
 mod common;
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::os::fd::OwnedFd;
 use std::process::{Child, ChildStdout, Command, Stdio};
 
 use rustix::process::{Pid, Signal, kill_process};
@@ -158,39 +157,10 @@ fn arguments_reach_the_job_untouched() {
     assert_eq!(out.status.code(), Some(0));
 }
 
-/// A pseudo-terminal pair as the test's own (safe rustix calls).
-fn open_pty(rows: u16, cols: u16) -> (OwnedFd, OwnedFd) {
-    use rustix::fs::{Mode, OFlags};
-    use rustix::pty::OpenptFlags;
-    let master =
-        rustix::pty::openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY | OpenptFlags::CLOEXEC)
-            .expect("openpt");
-    rustix::pty::grantpt(&master).unwrap();
-    rustix::pty::unlockpt(&master).unwrap();
-    let name = rustix::pty::ptsname(&master, Vec::new()).unwrap();
-    let slave = rustix::fs::open(
-        name.as_c_str(),
-        OFlags::RDWR | OFlags::NOCTTY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .expect("open pty slave");
-    rustix::termios::tcsetwinsize(
-        &master,
-        rustix::termios::Winsize {
-            ws_row: rows,
-            ws_col: cols,
-            ws_xpixel: 0,
-            ws_ypixel: 0,
-        },
-    )
-    .unwrap();
-    (master, slave)
-}
-
 /// Runs `cmd` with stdout and stderr on a fresh terminal; returns what the terminal got and
 /// the exit code.
 fn on_terminal(mut cmd: Command) -> (Vec<u8>, Option<i32>) {
-    let (master, slave) = open_pty(33, 77);
+    let (master, slave) = common::open_pty(33, 77);
     cmd.stdin(Stdio::null())
         .stdout(Stdio::from(slave.try_clone().unwrap()))
         .stderr(Stdio::from(slave));
@@ -241,7 +211,7 @@ fn a_terminal_stays_a_terminal_and_bytes_are_as_a_direct_run() {
 fn only_the_terminal_stream_gets_a_terminal() {
     let gw = Gw::new();
     // The master stays open: a terminal whose master is closed is hung up.
-    let (_master, slave) = open_pty(24, 80);
+    let (_master, slave) = common::open_pty(24, 80);
     let out = gw
         .run(&[
             "sh",
@@ -324,7 +294,7 @@ fn ctrl_c_from_the_terminal_reaches_the_job_once() {
         return;
     }
     let gw = Gw::new();
-    let (master, slave) = open_pty(24, 80);
+    let (master, slave) = common::open_pty(24, 80);
     let mut cmd = Command::new("setsid");
     gw.isolate(&mut cmd);
     cmd.arg("-c")

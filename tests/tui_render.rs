@@ -226,29 +226,177 @@ fn detail_view() {
     insta::assert_snapshot!(text);
 }
 
+/// A torchrun job as the scenario gives it: four ranks, one per GPU, under launcher 5000.
+fn torchrun_scenario() -> Scenario {
+    let mut text = String::from("hostname = \"box\"\n");
+    for rank in 0..4 {
+        let _ = write!(
+            text,
+            r#"
+[[gpu]]
+memory_total = "80GiB"
+memory_reserved = "0"
+base_used = "512MiB"
+util_gpu = 90
+[[gpu.process]]
+pid = {pid}
+used = "{used}GiB"
+sm = {sm}
+host = {{ user = "{user}", command = "/usr/bin/python3 -u train.py --local-rank={rank} --nnodes=1 --config configs/llama-13b.yaml --output /scratch/run-17", cpu = 150, rss = "9GiB", ppid = 5000 }}
+"#,
+            pid = 5001 + rank,
+            used = 60 + rank,
+            sm = 70 + rank,
+            user = if rank == 3 { "bob" } else { "alice" },
+        );
+    }
+    Scenario::parse(&text).expect("scenario")
+}
+
+/// The rows the tree view reads for it: launcher, ranks, two data-loader workers per rank
+/// (forked from the rank: the same command line), one with a hostile command line.
+fn torchrun_tree() -> Vec<TreeRow> {
+    let row = |pid, depth, on_gpu, command: &str| TreeRow {
+        pid,
+        name: "python3".to_string(),
+        depth,
+        on_gpu,
+        user: Some("alice".to_string()),
+        command: Some(command.to_string()),
+    };
+    let rank = |n: u32| {
+        format!(
+            "/usr/bin/python3 -u train.py --local-rank={n} --nnodes=1 --config configs/llama-13b.yaml --output /scratch/run-17"
+        )
+    };
+    let mut rows = vec![row(
+        5000,
+        0,
+        false,
+        "/usr/bin/python3 /usr/local/bin/torchrun --nproc-per-node=4 train.py --config configs/llama-13b.yaml",
+    )];
+    for n in 0..4 {
+        let pid = 5001 + n;
+        rows.push(row(pid, 1, true, &rank(n)));
+        if n < 3 {
+            rows.push(row(6000 + 10 * n, 2, false, &rank(n)));
+            rows.push(row(6001 + 10 * n, 2, false, &rank(n)));
+        }
+    }
+    let mut hostile = row(6100, 2, false, "sh -c \x1b[2Jecho pwned");
+    hostile.user = Some("bob".to_string());
+    rows.push(hostile);
+    rows
+}
+
 #[test]
 fn tree_view() {
-    let (mut st, last) = fed(&demo(), "alice", DEMO_START, 5);
+    let (mut st, last) = fed(
+        &ScriptedSource::new(torchrun_scenario(), "t"),
+        "alice",
+        NOW,
+        3,
+    );
     let effect = st.update(Command::ToggleTree);
     assert!(matches!(effect, gpuwatch::tui::state::Effect::LoadTree(_)));
     assert_eq!(st.view, View::Tree);
-    let row = |pid, name: &str, depth, on_gpu| TreeRow {
-        pid,
-        name: name.to_string(),
-        depth,
-        on_gpu,
-    };
-    st.tree_loaded(vec![
-        row(2088, "bash", 0, false),
-        row(2101, "python", 1, true),
-        row(2102, "pt_data_worker", 2, false),
-        row(2103, "pt_data_worker", 2, false),
-        row(2301, "torchrun", 0, false),
-        row(2350, "python", 1, true),
-        row(3011, "python", 0, true),
-        row(4120, "python", 0, true),
-    ]);
-    insta::assert_snapshot!(screen(&mut st, 100, 30, fresh(last)));
+    st.tree_loaded(torchrun_tree());
+    let text = screen(&mut st, 120, 40, fresh(last));
+    // Each rank is told apart by its command line, with its user, memory, SM and GPU.
+    for n in 0..4 {
+        let line = text
+            .lines()
+            .find(|l| l.contains(&format!("{:>7} ", 5001 + n)))
+            .unwrap_or_else(|| panic!("rank {n} missing:\n{text}"));
+        assert!(line.contains(&format!("--local-rank={n}")), "{line}");
+        assert!(line.contains(&format!("{}.0GiB", 60 + n)), "{line}");
+        assert!(
+            line.contains(if n == 3 { " bob " } else { " alice " }),
+            "{line}"
+        );
+        // Mine: alice's ranks.
+        assert_eq!(line.starts_with('*'), n != 3, "{line}");
+    }
+    assert!(
+        text.contains("├─ /usr/bin/python3 -u train.py --local-rank=0"),
+        "{text}"
+    );
+    assert!(text.contains("│  ├─ "), "{text}");
+    assert!(text.contains("│  └─ "), "{text}");
+    assert!(
+        text.contains("└─ /usr/bin/python3 -u train.py --local-rank=3"),
+        "{text}"
+    );
+    assert!(
+        text.contains("   └─ sh -c \\e[2Jecho pwned"),
+        "escaped: {text}"
+    );
+    assert!(!text.contains('\x1b'));
+    // Lines are cut at the edge, never wrapped.
+    assert!(text.lines().all(|l| l.chars().count() <= 120));
+    insta::assert_snapshot!(text);
+}
+
+#[test]
+fn tree_view_collapsed() {
+    let (mut st, last) = fed(
+        &ScriptedSource::new(torchrun_scenario(), "t"),
+        "alice",
+        NOW,
+        3,
+    );
+    st.update(Command::ToggleTree);
+    st.tree_loaded(torchrun_tree());
+    // The cursor starts on the table's selected process: the largest, rank 3.
+    assert_eq!(st.tree.cursor(), Some(5004));
+    st.update(Command::Home);
+    st.update(Command::TreeCollapse);
+    let text = screen(&mut st, 80, 24, fresh(last));
+    assert!(
+        text.contains(
+            "     5000 alice                         [+11] /usr/bin/python3 /usr/local/b"
+        ),
+        "{text}"
+    );
+    assert!(!text.contains("--local-rank"), "{text}");
+    insta::assert_snapshot!(text);
+    st.update(Command::TreeExpand);
+    // On a data-loader worker: `-` folds its rank; Enter and K need a GPU process.
+    st.update(Command::Down);
+    st.update(Command::Down);
+    assert_eq!(st.tree.cursor(), Some(6000));
+    st.update(Command::OpenDetail);
+    assert_eq!(
+        st.view,
+        View::Tree,
+        "no detail for a process without GPU memory"
+    );
+    assert!(
+        st.message
+            .as_deref()
+            .is_some_and(|m| m.contains("PID 6000"))
+    );
+    st.update(Command::TreeCollapse);
+    assert_eq!(st.tree.cursor(), Some(5001));
+    let text = screen(&mut st, 120, 40, fresh(last));
+    assert!(
+        text.contains("├─ [+2] /usr/bin/python3 -u train.py --local-rank=0"),
+        "{text}"
+    );
+    // The cursor on a rank selects it in the table.
+    assert_eq!(st.selected_row().map(|(_, p)| p.pid), Some(5001));
+    // A click on a line of the tree (below its header) moves the cursor there.
+    let body = st.layout().body;
+    let line = text
+        .lines()
+        .position(|l| l.contains("   5003 "))
+        .expect("rank 2 on screen");
+    st.update(Command::Click(
+        body.x + 3,
+        u16::try_from(line).expect("row"),
+    ));
+    assert_eq!(st.tree.cursor(), Some(5003));
+    assert_eq!(st.selected_row().map(|(_, p)| p.pid), Some(5003));
 }
 
 #[test]
@@ -258,6 +406,50 @@ fn help_overlay() {
     let text = screen(&mut st, 100, 50, fresh(last));
     assert!(text.contains("quit") && text.contains("sort by the next column"));
     insta::assert_snapshot!(text);
+}
+
+/// At 80×24 the help is taller than the screen: it says which lines it shows and scrolls to
+/// the last key.
+#[test]
+fn help_overlay_scrolls_at_80x24() {
+    let (mut st, last) = fed(&demo(), "alice", DEMO_START, 2);
+    st.update(Command::ToggleHelp);
+    let text = screen(&mut st, 80, 24, fresh(last));
+    let total = gpuwatch::tui::keymap::help_lines().len();
+    assert!(
+        text.contains(&format!("lines 1–22 of {total}")),
+        "the indicator:\n{text}"
+    );
+    assert!(text.contains("keys (? or Esc to close)"), "{text}");
+    insta::assert_snapshot!(text);
+    // Down scrolls one line; PgDn pages to the end and stops there.
+    st.update(Command::Down);
+    let text = screen(&mut st, 80, 24, fresh(last));
+    assert!(text.contains(&format!("lines 2–23 of {total}")), "{text}");
+    assert!(!text.contains("last line"), "{text}");
+    for _ in 0..10 {
+        st.update(Command::PageDown);
+    }
+    let text = screen(&mut st, 80, 24, fresh(last));
+    assert!(
+        text.contains(&format!("lines {}–{total} of {total}", total - 21)),
+        "{text}"
+    );
+    assert!(text.contains("End     last line"), "the last key:\n{text}");
+    assert!(text.contains("mouse: click selects a process"), "{text}");
+    // The keys scrolled the help, not the table behind it; Up goes back.
+    assert_eq!(st.selected, 0);
+    st.update(Command::Up);
+    let text = screen(&mut st, 80, 24, fresh(last));
+    assert!(
+        text.contains(&format!("lines {}–{} of {total}", total - 22, total - 1)),
+        "{text}"
+    );
+    // Closed and opened again: from the top.
+    st.update(Command::ToggleHelp);
+    st.update(Command::ToggleHelp);
+    let text = screen(&mut st, 80, 24, fresh(last));
+    assert!(text.contains(&format!("lines 1–22 of {total}")), "{text}");
 }
 
 #[test]
@@ -312,6 +504,60 @@ fn kill_confirmation() {
     assert!(text.contains("Send SIGTERM?"), "{text}");
     assert!(text.contains("bob: python eval.py"), "{text}");
     insta::assert_snapshot!(text);
+}
+
+/// The text inside the kill dialog's border, its lines joined by spaces.
+fn dialog_text(screen: &str) -> String {
+    let mut inside = false;
+    let mut words = Vec::new();
+    for line in screen.lines() {
+        if line.contains("┌ signal a process") {
+            inside = true;
+            continue;
+        }
+        if inside && line.contains('└') {
+            break;
+        }
+        if inside {
+            let body = line.split('│').nth(1).unwrap_or("");
+            words.extend(body.split_whitespace().map(str::to_string));
+        }
+    }
+    words.join(" ")
+}
+
+/// The refusals are the dialog's longest texts: at 80×24 each is on screen whole, wrapped.
+#[test]
+fn kill_refusals_are_shown_whole_at_80x24() {
+    let (mut st, last) = fed_as(&demo(), Some(SourceKind::Live), "alice", DEMO_START, 3);
+    // PID 91234 is not visible here: no start time pins its identity.
+    while st.selected_row().map(|(_, p)| p.pid) != Some(91234) {
+        st.update(Command::Down);
+    }
+    st.update(Command::Kill);
+    let text = screen(&mut st, 80, 24, fresh(last));
+    let said = gpuwatch::signal::SignalError::NoIdentity { pid: 91234 }.to_string();
+    assert!(dialog_text(&text).contains(&said), "{said}\n{text}");
+    insta::assert_snapshot!(text);
+
+    // A process that cannot be pinned (no pidfd): the longest refusal, after the question.
+    st.update(Command::Back);
+    while st.selected_row().map(|(_, p)| p.pid) != Some(4120) {
+        st.update(Command::Up);
+    }
+    st.update(Command::Kill);
+    let said = gpuwatch::signal::SignalError::NotPinned {
+        pid: 4120,
+        source: std::io::Error::from_raw_os_error(38),
+    }
+    .to_string();
+    st.signal_result(gpuwatch::signal::Sig::Term, Err(said.clone()));
+    for (w, h) in [(80, 24), (60, 20), (40, 24)] {
+        let text = screen(&mut st, w, h, fresh(last));
+        let inside = dialog_text(&text);
+        assert!(inside.contains(&said), "{w}×{h}: {said}\n{text}");
+        assert!(inside.contains("bob: python eval.py"), "{w}×{h}:\n{text}");
+    }
 }
 
 #[test]

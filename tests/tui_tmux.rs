@@ -378,8 +378,10 @@ fn a_pid_not_visible_here_is_never_signalled() {
         "the process that took PID {TAKEN_PID} was signalled: {:?}\n{after}",
         std::fs::read_to_string(dir.join("exit"))
     );
+    // The whole refusal, wrapped inside the dialog.
     let said = format!(
-        "PID {TAKEN_PID} is not visible in this PID namespace: its identity can't be checked"
+        "PID {TAKEN_PID} is not visible in this PID namespace: its identity can't be checked, \
+         so gpuwatch will not signal it"
     );
     let flat = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
     assert!(
@@ -888,4 +890,78 @@ fn a_replay_started_at_a_moment_shows_what_was_open_then_at_once() {
     assert!(s.contains("pid 502"), "the intruder is named:\n{s}");
     t.keys(&["q"]);
     t.wait_for("exit", |s| s.contains("EXITED rc=0"));
+}
+
+/// The demo's tree (`t`): each GPU process under its parent with its user, `*` for mine and
+/// its full command line; `-` on a parent hides its child and says how many, `+` shows it.
+#[test]
+fn the_demo_tree_shows_users_and_command_lines_and_collapses() {
+    let t = Tmux::start("tree", &[], "--demo --interval 200ms");
+    t.wait_for("the demo", |s| {
+        s.contains("GPU 3 H200") && s.contains("4120")
+    });
+    t.keys(&["t"]);
+    let s = t.wait_for("the tree", |s| s.contains("TREE · COMMAND"));
+    let line_of = |s: &str, pid: &str| {
+        s.lines()
+            .find(|l| l.contains(&format!(" {pid} ")))
+            .unwrap_or_else(|| panic!("PID {pid} not in the tree:\n{s}"))
+            .to_string()
+    };
+    let alice = line_of(&s, "2101");
+    assert!(alice.starts_with('*'), "alice's process is mine: {alice}");
+    assert!(alice.contains(" alice "), "{alice}");
+    assert!(
+        alice.contains("└─ python train.py --model resnet152 --batch-size 256 --epochs 90"),
+        "the full command line under its parent: {alice}"
+    );
+    let bob = line_of(&s, "4120");
+    assert!(!bob.starts_with('*') && bob.contains(" bob "), "{bob}");
+    assert!(
+        bob.contains("python eval.py --model llama-70b --batch-size 64"),
+        "{bob}"
+    );
+    // Home: the first root, 2101's parent; `-` hides 2101.
+    let parent = line_of(&s, "2088");
+    assert!(!parent.contains("└─"), "a root: {parent}");
+    t.keys(&["Home", "-"]);
+    let s = t.wait_for("the collapsed parent", |s| s.contains("[+1]"));
+    assert!(line_of(&s, "2088").contains("[+1]"), "{s}");
+    assert!(!s.contains(" 2101 "), "the child is hidden:\n{s}");
+    assert!(s.contains(" 4120 "), "other trees stay:\n{s}");
+    t.keys(&["+"]);
+    let s = t.wait_for("the expanded parent", |s| s.contains(" 2101 "));
+    assert!(!s.contains("[+1]"), "{s}");
+    t.keys(&["q"]);
+    let s = t.wait_for("exit", |s| s.contains("EXITED"));
+    assert!(s.contains("EXITED rc=0"), "{s}");
+}
+
+/// At 80×24 the help (`?`) is taller than the screen: it says which lines it shows, and the
+/// keys scroll it to its last key.
+#[test]
+fn the_help_scrolls_to_its_last_key_at_80x24() {
+    let script = format!(
+        "'{}' --demo --interval 200ms; echo \"EXITED rc=$?\"; sleep 60",
+        gpuwatch_bin()
+    );
+    let t = Tmux::session("help", (80, 24), None, Duration::from_secs(10), &script);
+    t.wait_for("the demo", |s| {
+        s.contains("GPU 3 H200") && s.contains("q quit")
+    });
+    t.keys(&["?"]);
+    // Its bottom border is drawn last: the whole overlay is there.
+    let s = t.wait_for("the help and its indicator", |s| {
+        s.contains("lines 1–22 of ")
+    });
+    assert!(s.contains("keys (? or Esc to close)"), "{s}");
+    assert!(!s.contains("last line"), "{s}");
+    t.keys(&["PageDown", "PageDown", "PageDown"]);
+    let s = t.wait_for("the end of the help", |s| s.contains("End     last line"));
+    assert!(s.contains("mouse: click selects a process"), "{s}");
+    t.keys(&["Down", "Up", "Escape"]);
+    t.wait_for("the help closed", |s| !s.contains("keys (? or Esc"));
+    t.keys(&["q"]);
+    let s = t.wait_for("exit", |s| s.contains("EXITED"));
+    assert!(s.contains("EXITED rc=0"), "{s}");
 }

@@ -361,7 +361,8 @@ async fn run_loop(
     let guard = TerminalGuard::enter()?;
     let mut term: Terminal<CrosstermBackend<Stdout>> =
         Terminal::new(CrosstermBackend::new(std::io::stdout()))?;
-    term.clear()?;
+    // Not `term.clear()`, which asks for the cursor position (see `repaint`).
+    crate::tui::terminal::repaint(&mut term)?;
     let theme = Theme::new(options.color).with_mem_levels(options.mem_levels);
     let mut state = ClusterState::new(&options.prometheus);
     state.message.clone_from(&options.message);

@@ -101,7 +101,16 @@ pub struct TreeRow {
     pub depth: usize,
     /// Whether the process is one of the GPU processes asked about.
     pub on_gpu: bool,
+    /// The owner's name (the numeric uid when no name is known); `None` when not read (a
+    /// simulated source, a process gone). The tree shows a GPU process's user from its frame.
+    pub user: Option<String>,
+    /// The full command line (arguments joined by spaces, at most [`MAX_CMDLINE`] bytes
+    /// read); `None` when empty (kernel threads, zombies) or not readable.
+    pub command: Option<String>,
 }
+
+/// How much of `/proc/PID/cmdline` a tree row reads: a screen line's worth, and far more.
+pub const MAX_CMDLINE: u64 = 16 * 1024;
 
 /// One process of the table [`forest_from`] works on.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -315,7 +324,38 @@ pub fn scan_table() -> Vec<ProcEntry> {
 /// The tree view's rows for `gpu_pids`, from one scan of the process table (see the module
 /// docs for the cost). See [`forest_from`] for what is shown.
 pub fn process_forest(gpu_pids: &[u32]) -> Vec<TreeRow> {
-    forest_from(&scan_table(), gpu_pids)
+    let mut rows = forest_from(&scan_table(), gpu_pids);
+    let mut user_name = super::procinfo::user_namer();
+    for row in &mut rows {
+        row.command = read_cmdline(row.pid, MAX_CMDLINE);
+        row.user = read_uid(row.pid).map(&mut user_name);
+    }
+    rows
+}
+
+/// The first `limit` bytes of `/proc/PID/cmdline`, as one line ([`join_cmdline`]).
+fn read_cmdline(pid: u32, limit: u64) -> Option<String> {
+    use std::io::Read as _;
+    let file = std::fs::File::open(format!("/proc/{pid}/cmdline")).ok()?;
+    let mut bytes = Vec::new();
+    file.take(limit).read_to_end(&mut bytes).ok()?;
+    join_cmdline(&bytes)
+}
+
+/// The real uid of `pid` (the first number of the `Uid:` line of `/proc/PID/status`, the
+/// uid the process table's user comes from).
+fn read_uid(pid: u32) -> Option<u32> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    uid_from_status(&text)
+}
+
+fn uid_from_status(text: &str) -> Option<u32> {
+    text.lines()
+        .find_map(|l| l.strip_prefix("Uid:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// PIDs never shown unless they are GPU processes themselves: init and `kthreadd`.
@@ -409,6 +449,8 @@ pub fn forest_from(procs: &[ProcEntry], gpu_pids: &[u32]) -> Vec<TreeRow> {
             name: table.get(&pid).map(|e| e.name.clone()).unwrap_or_default(),
             depth,
             on_gpu: gpu.contains(&pid),
+            user: None,
+            command: None,
         });
         if let Some(children) = kids.get(&pid) {
             stack.extend(children.iter().rev().map(|&c| (c, depth + 1)));
@@ -422,6 +464,8 @@ pub fn forest_from(procs: &[ProcEntry], gpu_pids: &[u32]) -> Vec<TreeRow> {
                 name: String::new(),
                 depth: 0,
                 on_gpu: true,
+                user: None,
+                command: None,
             }),
     );
     rows
@@ -545,6 +589,30 @@ mod tests {
                 (32, 2, false),
             ]
         );
+    }
+
+    #[test]
+    fn tree_rows_read_command_and_user() {
+        let me = std::process::id();
+        let rows = process_forest(&[me]);
+        let row = rows.iter().find(|r| r.pid == me).expect("this process");
+        let command = row.command.as_deref().unwrap_or_default();
+        assert!(
+            command.contains(std::env::args().next().unwrap_or_default().as_str()),
+            "{command:?}"
+        );
+        assert_eq!(row.user, crate::source::procinfo::current_user());
+        assert_eq!(
+            read_cmdline(me, 4).map(|c| c.len()),
+            Some(4),
+            "the read is bounded"
+        );
+        assert_eq!(
+            uid_from_status("Name:\tx\nUid:\t1000\t1001\t1000\t1000\n"),
+            Some(1000)
+        );
+        assert_eq!(uid_from_status("Uid:\n"), None);
+        assert_eq!(uid_from_status(""), None);
     }
 
     #[test]

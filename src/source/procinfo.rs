@@ -700,11 +700,25 @@ pub fn current_user() -> Option<String> {
 /// The name of `uid`, resolved like [`ProcInfo::enrich`] resolves `HostProc::user`: the
 /// numeric uid when no name is known. Reads the users list afresh: for one-off uses.
 pub fn user_name(uid: u32) -> String {
-    Users::new_with_refreshed_list()
-        .ok()
-        .and_then(|users| lookup_users(&users, uid))
-        .or_else(|| fallback_name(uid))
-        .unwrap_or_else(|| uid.to_string())
+    user_namer()(uid)
+}
+
+/// Names many uids as [`user_name`] does, reading the users list once (the tree view's rows).
+pub fn user_namer() -> impl FnMut(u32) -> String {
+    let users = Users::new_with_refreshed_list().ok();
+    let mut known: HashMap<u32, String> = HashMap::new();
+    move |uid| {
+        known
+            .entry(uid)
+            .or_insert_with(|| {
+                users
+                    .as_ref()
+                    .and_then(|users| lookup_users(users, uid))
+                    .or_else(|| fallback_name(uid))
+                    .unwrap_or_else(|| uid.to_string())
+            })
+            .clone()
+    }
 }
 
 /// The parent PID of `pid`, read from `/proc/PID/stat`; `None` when the process is not visible

@@ -12,6 +12,8 @@ pub enum Scope {
     Global,
     /// The process table (main and tree views).
     Table,
+    /// The tree view only.
+    Tree,
     /// The process detail view.
     Detail,
     /// The memory chart view.
@@ -20,6 +22,8 @@ pub enum Scope {
     Dialog,
     /// The findings panel (`f`) and the findings view (`F`).
     Findings,
+    /// The help overlay, while it is open.
+    Help,
 }
 
 /// One binding: the keys, what they do, and the help text.
@@ -129,14 +133,14 @@ pub const BINDINGS: &[Binding] = &[
         Scope::Table,
         Command::ScrollRight,
         "→",
-        "scroll the table right (full command lines, hidden columns)",
+        "scroll right: command lines, columns",
     ),
     b(
         &[KeyCode::Left],
         Scope::Table,
         Command::ScrollLeft,
         "←",
-        "scroll the table back left",
+        "scroll back left",
     ),
     b(
         &[KeyCode::Char('s')],
@@ -216,6 +220,20 @@ pub const BINDINGS: &[Binding] = &[
         "tree view (parents, workers, ranks)",
     ),
     b(
+        &[KeyCode::Char('-')],
+        Scope::Tree,
+        Command::TreeCollapse,
+        "-",
+        "collapse the subtree (on a leaf: its parent's)",
+    ),
+    b(
+        &[KeyCode::Char('+'), KeyCode::Char('=')],
+        Scope::Tree,
+        Command::TreeExpand,
+        "+",
+        "expand the subtree",
+    ),
+    b(
         &[KeyCode::Char('c')],
         Scope::Global,
         Command::OpenChart,
@@ -227,14 +245,14 @@ pub const BINDINGS: &[Binding] = &[
         Scope::Table,
         Command::FocusFindings,
         "f",
-        "keys to the findings panel (↑↓ move, Enter go to, Esc back)",
+        "keys to the findings panel",
     ),
     b(
         &[KeyCode::Char('F')],
         Scope::Global,
         Command::OpenFindings,
         "F",
-        "findings view: every finding, opened / updated / resolved",
+        "all findings, with their history",
     ),
     b(
         &[KeyCode::Up, KeyCode::Char('k')],
@@ -283,7 +301,7 @@ pub const BINDINGS: &[Binding] = &[
         Scope::Findings,
         Command::GoToFinding,
         "Enter",
-        "go to the finding's process, or its GPU alone",
+        "its process, or its GPU alone",
     ),
     b(
         &[KeyCode::Char('f')],
@@ -333,6 +351,48 @@ pub const BINDINGS: &[Binding] = &[
         Command::ZoomOut,
         "-",
         "zoom out (longer span)",
+    ),
+    b(
+        &[KeyCode::Up, KeyCode::Char('k')],
+        Scope::Help,
+        Command::Up,
+        "↑ k",
+        "scroll up",
+    ),
+    b(
+        &[KeyCode::Down, KeyCode::Char('j')],
+        Scope::Help,
+        Command::Down,
+        "↓ j",
+        "scroll down",
+    ),
+    b(
+        &[KeyCode::PageUp],
+        Scope::Help,
+        Command::PageUp,
+        "PgUp",
+        "page up",
+    ),
+    b(
+        &[KeyCode::PageDown],
+        Scope::Help,
+        Command::PageDown,
+        "PgDn",
+        "page down",
+    ),
+    b(
+        &[KeyCode::Home],
+        Scope::Help,
+        Command::Home,
+        "Home",
+        "first line",
+    ),
+    b(
+        &[KeyCode::End],
+        Scope::Help,
+        Command::End,
+        "End",
+        "last line",
     ),
     b(
         &[KeyCode::Char('y')],
@@ -385,11 +445,55 @@ pub fn applies(scope: Scope, mode: Mode) -> bool {
     match mode {
         Mode::Dialog => matches!(scope, Scope::Dialog) || matches!(scope, Scope::Global),
         Mode::Table => matches!(scope, Scope::Global | Scope::Table),
+        Mode::Tree => matches!(scope, Scope::Global | Scope::Table | Scope::Tree),
         Mode::Detail => matches!(scope, Scope::Global | Scope::Detail),
         Mode::Chart => matches!(scope, Scope::Global | Scope::Chart),
         Mode::Findings => matches!(scope, Scope::Global | Scope::Findings),
+        Mode::Help => matches!(scope, Scope::Global | Scope::Help),
         Mode::Filter => false,
     }
+}
+
+/// One line of the help overlay.
+#[derive(Clone, Copy)]
+pub enum HelpLine {
+    /// A section: where the keys below it apply.
+    Title(&'static str),
+    Key(&'static Binding),
+    Note(&'static str),
+}
+
+/// The help overlay's lines, from the key table: each scope's title, then its bindings.
+pub fn help_lines() -> Vec<HelpLine> {
+    let mut out = Vec::with_capacity(BINDINGS.len() + 8);
+    for (scope, title) in [
+        (Scope::Global, "everywhere"),
+        (Scope::Table, "process table"),
+        (Scope::Tree, "tree view"),
+        (Scope::Chart, "memory chart"),
+        (Scope::Dialog, "kill confirmation"),
+        (Scope::Help, "this help"),
+    ] {
+        out.push(HelpLine::Title(title));
+        out.extend(
+            BINDINGS
+                .iter()
+                .filter(|b| b.scope == scope)
+                .map(HelpLine::Key),
+        );
+    }
+    out.push(HelpLine::Note(
+        "mouse: click selects a process, the wheel scrolls",
+    ));
+    out
+}
+
+/// How many help lines a screen `height` rows high shows at once (inside the overlay's
+/// border), and the most the help can scroll.
+pub fn help_page(height: u16) -> (usize, usize) {
+    let n = help_lines().len();
+    let page = usize::from(height).min(n + 2).saturating_sub(2).max(1);
+    (page, n.saturating_sub(page))
 }
 
 #[cfg(test)]
@@ -408,6 +512,8 @@ mod tests {
             Mode::Chart,
             Mode::Dialog,
             Mode::Findings,
+            Mode::Tree,
+            Mode::Help,
         ] {
             let mut seen = std::collections::HashSet::new();
             for b in BINDINGS.iter().filter(|b| applies(b.scope, mode)) {
@@ -426,6 +532,19 @@ mod tests {
         );
         assert_eq!(lookup(key(KeyCode::F(9)), Mode::Table), Some(Command::Kill));
         assert_eq!(lookup(key(KeyCode::Char('y')), Mode::Table), None);
+        assert_eq!(lookup(key(KeyCode::Char('-')), Mode::Table), None);
+        assert_eq!(
+            lookup(key(KeyCode::Char('-')), Mode::Tree),
+            Some(Command::TreeCollapse)
+        );
+        assert_eq!(
+            lookup(key(KeyCode::Char('+')), Mode::Tree),
+            Some(Command::TreeExpand)
+        );
+        assert_eq!(
+            lookup(key(KeyCode::Char('j')), Mode::Tree),
+            Some(Command::Down)
+        );
         assert_eq!(
             lookup(key(KeyCode::Char('y')), Mode::Dialog),
             Some(Command::Confirm)

@@ -10,6 +10,7 @@ pub mod shown;
 pub mod state;
 pub mod terminal;
 pub mod theme;
+pub mod tree;
 pub mod view;
 
 use std::io::Stdout;
@@ -227,7 +228,9 @@ async fn run_loop(feed: Feed<'_>, watch: WatchSet, options: &TuiOptions) -> std:
     let guard = terminal::TerminalGuard::enter()?;
     let mut term: Terminal<CrosstermBackend<Stdout>> =
         Terminal::new(CrosstermBackend::new(std::io::stdout()))?;
-    term.clear()?;
+    // Not `term.clear()`: it asks the terminal where the cursor is (ESC[6n), and a terminal
+    // that never answers ended the dashboard with "The cursor position could not be read".
+    terminal::repaint(&mut term)?;
     let theme = Theme::new(options.color).with_mem_levels(options.mem_levels);
     let mut state = new_state(watch, options, feed.link.is_some(), feed.past);
     let size = term.size()?;

@@ -77,6 +77,10 @@ pub enum Mode {
     Dialog,
     /// The findings panel has the keys (`f`), or the findings view is open (`F`).
     Findings,
+    /// The tree view: the table's keys, and collapsing.
+    Tree,
+    /// The help overlay is open: its scroll keys.
+    Help,
 }
 
 /// Everything input, frames and effect results can ask of the state.
@@ -104,6 +108,10 @@ pub enum Command {
     CycleGpu,
     OpenDetail,
     ToggleTree,
+    /// The tree view: hide the selected node's subtree (on a leaf, its parent's).
+    TreeCollapse,
+    /// The tree view: show the selected node's subtree again.
+    TreeExpand,
     OpenChart,
     /// Scroll the table sideways (`←`/`→`).
     ScrollLeft,
@@ -242,6 +250,8 @@ pub struct UiState {
     pub derived: HashMap<ProcKey, Derived>,
     pub view: View,
     pub help: bool,
+    /// The help overlay's first line shown.
+    pub help_scroll: usize,
     pub sort: SortKey,
     pub descending: bool,
     pub filter: String,
@@ -259,7 +269,8 @@ pub struct UiState {
     pub read_only: bool,
     pub kill: Option<KillPrompt>,
     pub detail: Option<ProcDetail>,
-    pub tree: Vec<TreeRow>,
+    /// The tree view's rows, collapsed subtrees and cursor.
+    pub tree: super::tree::Tree,
     /// How far the table is scrolled sideways (characters; `←`/`→`).
     pub hscroll: usize,
     /// The findings panel has the keys: the cursor moves over its lines.
@@ -298,6 +309,7 @@ impl UiState {
             derived: HashMap::new(),
             view: View::Table,
             help: false,
+            help_scroll: 0,
             sort: SortKey::Memory,
             descending: true,
             filter: String::new(),
@@ -310,7 +322,7 @@ impl UiState {
             read_only,
             kill: None,
             detail: None,
-            tree: Vec::new(),
+            tree: super::tree::Tree::default(),
             hscroll: 0,
             findings_focus: false,
             findings_cursor: 0,
@@ -338,13 +350,16 @@ impl UiState {
     pub fn mode(&self) -> Mode {
         if self.filter_editing {
             Mode::Filter
+        } else if self.help {
+            Mode::Help
         } else if self.kill.is_some() {
             Mode::Dialog
         } else {
             match self.view {
                 View::Findings => Mode::Findings,
                 View::Table | View::Tree if self.findings_focus => Mode::Findings,
-                View::Table | View::Tree => Mode::Table,
+                View::Table => Mode::Table,
+                View::Tree => Mode::Tree,
                 View::Detail(_) => Mode::Detail,
                 View::Chart { .. } => Mode::Chart,
             }
@@ -666,7 +681,103 @@ impl UiState {
     }
 
     pub fn tree_loaded(&mut self, rows: Vec<TreeRow>) {
-        self.tree = rows;
+        self.tree.set_rows(rows);
+    }
+
+    /// Tree view: cursor keys, paging and the wheel move the tree's cursor; landing on a GPU
+    /// process selects it in the table (what `Enter`, `w`, `K` act on).
+    fn navigate_tree(&mut self, cmd: Command) {
+        let page = isize::try_from(self.tree_page()).unwrap_or(isize::MAX);
+        let pid = match cmd {
+            Command::Up => self.tree.move_by(-1),
+            Command::Down => self.tree.move_by(1),
+            Command::PageUp => self.tree.move_by(-page),
+            Command::PageDown => self.tree.move_by(page),
+            Command::Home => self.tree.move_to_end(false),
+            Command::End => self.tree.move_to_end(true),
+            Command::ScrollUp => self.tree.move_by(-3),
+            Command::ScrollDown => self.tree.move_by(3),
+            Command::Click(x, y) => {
+                let body = self.layout().body;
+                // The body's first line is the tree's header.
+                if x < body.x || x >= body.right() || y <= body.y || y >= body.bottom() {
+                    return;
+                }
+                let (shown, at) = self.tree.shown();
+                let first = super::tree::first_shown(at, self.tree_page());
+                let Some(pid) = shown
+                    .get(first + usize::from(y - body.y - 1))
+                    .map(|s| s.row.pid)
+                else {
+                    return;
+                };
+                self.tree.point_at(pid);
+                Some(pid)
+            }
+            _ => None,
+        };
+        if let Some(pid) = pid {
+            self.select_tree_pid(pid);
+        }
+    }
+
+    /// Help open: the keys scroll it, within its length.
+    fn scroll_help(&mut self, cmd: Command) {
+        let (page, max) = super::keymap::help_page(self.size.1);
+        let now = self.help_scroll;
+        self.help_scroll = match cmd {
+            Command::Up => now.saturating_sub(1),
+            Command::Down => now + 1,
+            Command::PageUp => now.saturating_sub(page),
+            Command::PageDown => now + page,
+            Command::Home => 0,
+            Command::End => max,
+            Command::ScrollUp => now.saturating_sub(3),
+            Command::ScrollDown => now + 3,
+            _ => now,
+        }
+        .min(max);
+    }
+
+    /// Rows of the tree the body shows (below its header line).
+    pub fn tree_page(&self) -> usize {
+        usize::from(self.layout().body.height.saturating_sub(1)).max(1)
+    }
+
+    /// Selects the table row of `pid` (its first GPU), when it has one.
+    fn select_tree_pid(&mut self, pid: u32) {
+        let Some(frame) = self.shown.clone() else {
+            return;
+        };
+        let at = self.rows.iter().position(|r| {
+            frame
+                .sample
+                .gpus
+                .get(r.gpu)
+                .and_then(|g| g.processes.get(r.proc))
+                .is_some_and(|p| p.pid == pid)
+        });
+        if let Some(i) = at {
+            self.select(i);
+        }
+    }
+
+    /// In the tree view, whether the cursor is on a process without GPU memory (no table row
+    /// to act on): then says so and returns true.
+    fn tree_cursor_off_gpu(&mut self) -> bool {
+        if self.view != View::Tree {
+            return false;
+        }
+        let Some(pid) = self.tree.cursor() else {
+            return false;
+        };
+        if self.selected_row().is_some_and(|(_, p)| p.pid == pid) {
+            return false;
+        }
+        self.message = Some(format!(
+            "PID {pid} holds no GPU memory: select a GPU process in the tree"
+        ));
+        true
     }
 
     pub fn signal_result(&mut self, sig: Sig, result: Result<(), String>) {
@@ -688,6 +799,7 @@ impl UiState {
             }
             Command::ToggleHelp => {
                 self.help = !self.help;
+                self.help_scroll = 0;
                 Effect::None
             }
             Command::Back => {
@@ -702,46 +814,41 @@ impl UiState {
             | Command::End
             | Command::ScrollUp
             | Command::ScrollDown
-            | Command::Click(..)
-            | Command::Resize(..) => {
-                if self.mode() == Mode::Findings
-                    && !matches!(cmd, Command::Click(..) | Command::Resize(..))
-                {
+            | Command::Click(..) => {
+                if self.help {
+                    self.scroll_help(cmd);
+                } else if self.mode() == Mode::Findings && !matches!(cmd, Command::Click(..)) {
                     self.move_in_findings(cmd);
+                } else if self.view == View::Tree {
+                    self.navigate_tree(cmd);
                 } else {
                     self.navigate(cmd);
                 }
                 Effect::None
             }
-            Command::ScrollLeft => {
-                self.hscroll = self.hscroll.saturating_sub(HSCROLL_STEP);
+            Command::Resize(..) => {
+                self.navigate(cmd);
                 Effect::None
             }
-            Command::ScrollRight => {
-                self.hscroll = (self.hscroll + HSCROLL_STEP).min(HSCROLL_MAX);
+            Command::ScrollLeft
+            | Command::ScrollRight
+            | Command::FocusFindings
+            | Command::OpenFindings
+            | Command::GoToFinding => {
+                self.focus(cmd);
                 Effect::None
             }
-            Command::FocusFindings => {
-                if self.view == View::Findings {
-                    self.view = View::Table;
-                    self.findings_focus = false;
-                } else {
-                    self.findings_focus = !self.findings_focus;
+            Command::TreeCollapse => {
+                // The cursor may move up to the parent.
+                if self.tree.collapse()
+                    && let Some(pid) = self.tree.cursor()
+                {
+                    self.select_tree_pid(pid);
                 }
                 Effect::None
             }
-            Command::OpenFindings => {
-                self.findings_focus = false;
-                self.view = if self.view == View::Findings {
-                    View::Table
-                } else {
-                    self.log_cursor = 0;
-                    View::Findings
-                };
-                Effect::None
-            }
-            Command::GoToFinding => {
-                self.go_to_finding();
+            Command::TreeExpand => {
+                self.tree.expand();
                 Effect::None
             }
             Command::SortNext
@@ -839,6 +946,9 @@ impl UiState {
     fn change_view(&mut self, cmd: Command) -> Effect {
         match cmd {
             Command::OpenDetail => {
+                if self.tree_cursor_off_gpu() {
+                    return Effect::None;
+                }
                 if let Some((g, p)) = self.selected_row() {
                     let pid = p.pid;
                     self.view = View::Detail(History::key_of(&g.uuid, p));
@@ -851,6 +961,9 @@ impl UiState {
                     self.view = View::Table;
                 } else {
                     self.view = View::Tree;
+                    if let Some((_, p)) = self.selected_row() {
+                        self.tree.point_at(p.pid);
+                    }
                     return self.load_tree();
                 }
             }
@@ -882,6 +995,9 @@ impl UiState {
 
     /// `w` / `W`: the selected process, or its user, joins or leaves the watched set.
     fn toggle_watch(&mut self, cmd: Command) {
+        if self.tree_cursor_off_gpu() {
+            return;
+        }
         let Some((_, p)) = self.selected_row() else {
             return;
         };
@@ -931,6 +1047,39 @@ impl UiState {
         };
         self.offset = 0;
         self.rebuild_rows();
+    }
+
+    /// Sideways scroll, the findings panel's focus, the findings view, going to a finding.
+    fn focus(&mut self, cmd: Command) {
+        match cmd {
+            Command::ScrollLeft => {
+                self.hscroll = self.hscroll.saturating_sub(HSCROLL_STEP);
+            }
+            Command::ScrollRight => {
+                self.hscroll = (self.hscroll + HSCROLL_STEP).min(HSCROLL_MAX);
+            }
+            Command::FocusFindings => {
+                if self.view == View::Findings {
+                    self.view = View::Table;
+                    self.findings_focus = false;
+                } else {
+                    self.findings_focus = !self.findings_focus;
+                }
+            }
+            Command::OpenFindings => {
+                self.findings_focus = false;
+                self.view = if self.view == View::Findings {
+                    View::Table
+                } else {
+                    self.log_cursor = 0;
+                    View::Findings
+                };
+            }
+            Command::GoToFinding => {
+                self.go_to_finding();
+            }
+            _ => {}
+        }
     }
 
     /// The cursor of the findings panel or view.
@@ -1061,6 +1210,9 @@ impl UiState {
                 "signals go only to live processes: these PIDs are simulated or recorded"
                     .to_string(),
             );
+            return;
+        }
+        if self.tree_cursor_off_gpu() {
             return;
         }
         let Some((g, p)) = self.selected_row() else {

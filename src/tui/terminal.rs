@@ -55,9 +55,12 @@ fn reenter() -> std::io::Result<()> {
     )
 }
 
-/// Clears the screen and makes the next draw repaint every cell (after a stop, the screen
-/// holds the shell's output). Not `Terminal::clear`, which asks the terminal for the cursor
-/// position: the input thread is reading the terminal, so that answer never arrives.
+/// Clears the screen and makes the next draw repaint every cell (at start; after a stop, the
+/// screen holds the shell's output). Not `Terminal::clear`, which asks the terminal for the
+/// cursor position (ESC[6n) and fails after 2 s without an answer: some terminals (serial
+/// consoles, some web and IDE terminals, `script` logs replayed) never answer, and once the
+/// input thread reads the terminal the answer never reaches `clear` anyway. Nothing in the
+/// dashboards asks the terminal anything.
 pub fn repaint<W: std::io::Write>(
     term: &mut ratatui::Terminal<ratatui::backend::CrosstermBackend<W>>,
 ) -> std::io::Result<()> {

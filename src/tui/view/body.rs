@@ -1,9 +1,9 @@
-//! The process table (and its tree view): GPU, PID, user, type, GPU memory, SM %, growth,
-//! peak, CPU %, host RSS, elapsed, container, command, with each GPU's "unattributed" row
-//! after that GPU's processes (small amounts of several GPUs folded into one row). A column
-//! empty on every row is not shown; COMMAND takes the rest of the line; `←`/`→` scroll the
-//! columns right of PID sideways. Only visible rows are formatted, so a table of thousands of
-//! processes costs what a screen costs.
+//! The process table: GPU, PID, user, type, GPU memory, SM %, growth, peak, CPU %, host RSS,
+//! elapsed, container, command, with each GPU's "unattributed" row after that GPU's processes
+//! (small amounts of several GPUs folded into one row). A column empty on every row is not
+//! shown; COMMAND takes the rest of the line; `←`/`→` scroll the columns right of PID
+//! sideways. Only visible rows are formatted, so a table of thousands of processes costs what a
+//! screen costs.
 
 use std::fmt::Write as _;
 
@@ -426,78 +426,6 @@ pub fn render_table(f: &mut Frame<'_>, area: Rect, rows: Rect, state: &UiState, 
             (text, style)
         };
         if i == state.selected {
-            style = style.patch(t.selected());
-        }
-        lines.push(Line::from(Span::styled(cut(&text, width), style)));
-    }
-    super::draw_lines(f, area, &lines);
-}
-
-/// The tree view: launchers, ranks and workers around the GPU processes.
-pub fn render_tree(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Context) {
-    let t = ctx.theme;
-    let width = usize::from(area.width);
-    let mut lines = vec![Line::from(Span::styled(
-        cut(
-            "  PID      GPU-MEM  SM%  PROCESS TREE (t: back to the table)",
-            width,
-        ),
-        t.header(),
-    ))];
-    let selected_pid = state.selected_row().map(|(_, p)| p.pid);
-    let on_gpu = |pid: u32| -> Vec<(&GpuSample, &ProcSample)> {
-        state.shown.as_ref().map_or_else(Vec::new, |f| {
-            f.sample
-                .gpus
-                .iter()
-                .flat_map(|g| g.processes.iter().map(move |p| (g, p)))
-                .filter(|(_, p)| p.pid == pid)
-                .collect()
-        })
-    };
-    if state.tree.is_empty() {
-        lines.push(Line::from(Span::styled(
-            "reading the process tree…",
-            t.dim(),
-        )));
-    }
-    // Keep the selected process in view.
-    let page = usize::from(area.height.saturating_sub(1));
-    let sel_index = selected_pid.and_then(|pid| state.tree.iter().position(|r| r.pid == pid));
-    let skip = sel_index.map_or(0, |i| (i + 1).saturating_sub(page));
-    for row in state.tree.iter().skip(skip).take(page) {
-        let gpus = on_gpu(row.pid);
-        let mem: u64 = gpus.iter().filter_map(|(_, p)| p.used_bytes).sum();
-        let sm = gpus
-            .iter()
-            .filter_map(|(_, p)| p.sm_percent)
-            .fold(None, |a: Option<f32>, v| Some(a.unwrap_or(0.0) + v));
-        let (mem_s, sm_s) = if row.on_gpu {
-            (
-                fmt_bytes(mem),
-                sm.map_or_else(|| "n/a".to_string(), |v| format!("{v:.0}")),
-            )
-        } else {
-            (String::new(), String::new())
-        };
-        let indent = "  ".repeat(row.depth);
-        let branch = if row.depth > 0 { "└ " } else { "" };
-        let where_ = if row.on_gpu {
-            let ids: Vec<String> = gpus.iter().map(|(g, _)| g.index.to_string()).collect();
-            format!("  [GPU {}]", ids.join(","))
-        } else {
-            String::new()
-        };
-        let text = format!(
-            "{:>7} {mem_s:>9} {sm_s:>4}  {indent}{branch}{}{where_}",
-            row.pid,
-            crate::text::clean(&row.name)
-        );
-        let mut style = if row.on_gpu { Style::new() } else { t.dim() };
-        if gpus.first().is_some_and(|(_, p)| state.is_watched(p)) {
-            style = t.mine();
-        }
-        if Some(row.pid) == selected_pid {
             style = style.patch(t.selected());
         }
         lines.push(Line::from(Span::styled(cut(&text, width), style)));

@@ -17,6 +17,7 @@ mod findings;
 mod gpus;
 mod header;
 mod overlay;
+mod tree;
 
 use ratatui::Frame;
 
@@ -81,7 +82,7 @@ pub fn render(f: &mut Frame<'_>, state: &UiState, ctx: &Context) {
     gpus::render(f, a.gpus, state, ctx, a.grid);
     match &state.view {
         View::Table => body::render_table(f, a.body, a.table_rows, state, ctx),
-        View::Tree => body::render_tree(f, a.body, state, ctx),
+        View::Tree => tree::render(f, a.body, state, ctx),
         View::Detail(key) => detail::render(f, a.body, state, ctx, key),
         View::Chart { gpu } => detail::render_chart(f, a.body, state, ctx, gpu),
         View::Findings => findings::render(f, a.body, state, ctx),
@@ -92,7 +93,7 @@ pub fn render(f: &mut Frame<'_>, state: &UiState, ctx: &Context) {
         overlay::render_kill(f, full, state, ctx);
     }
     if state.help {
-        overlay::render_help(f, full, ctx);
+        overlay::render_help(f, full, state, ctx);
     }
 }
 
@@ -123,4 +124,69 @@ pub fn cut(text: &str, width: usize) -> String {
     let mut s: String = text.chars().take(width - 1).collect();
     s.push('…');
     s
+}
+
+/// `text` in lines of at most `width` characters, broken between words; a word longer than
+/// `width` is split across lines, so nothing is lost. At least one line.
+pub fn wrap(text: &str, width: usize) -> Vec<String> {
+    let width = width.max(1);
+    let mut lines = vec![String::new()];
+    for word in text.split_whitespace() {
+        let mut word: Vec<char> = word.chars().collect();
+        loop {
+            let last = lines.last_mut().expect("one line");
+            let used = last.chars().count();
+            let gap = usize::from(used > 0);
+            if used + gap + word.len() <= width {
+                if gap == 1 {
+                    last.push(' ');
+                }
+                last.extend(word.iter());
+                break;
+            }
+            if used > 0 && word.len() <= width {
+                lines.push(String::new());
+                continue;
+            }
+            // Longer than a line: fill this one (or a fresh one) and go on with the rest.
+            let room = width.saturating_sub(used + gap);
+            if room == 0 {
+                lines.push(String::new());
+                continue;
+            }
+            if gap == 1 {
+                last.push(' ');
+            }
+            last.extend(word.drain(..room));
+            lines.push(String::new());
+        }
+    }
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::wrap;
+
+    #[test]
+    fn wrap_breaks_between_words_and_splits_long_ones() {
+        assert_eq!(wrap("a bb ccc dd", 6), vec!["a bb", "ccc dd"]);
+        assert_eq!(wrap("", 5), vec![""]);
+        assert_eq!(wrap("abcdefghij k", 4), vec!["abcd", "efgh", "ij k"]);
+        assert_eq!(wrap("xy abcdefgh", 5), vec!["xy ab", "cdefg", "h"]);
+        assert_eq!(wrap("one  two\nthree", 80), vec!["one two three"]);
+        for w in 1..12 {
+            let text = "PID 4120 is not visible in this PID namespace: nothing";
+            let lines = wrap(text, w);
+            assert!(
+                lines.iter().all(|l| l.chars().count() <= w),
+                "{w}: {lines:?}"
+            );
+            assert_eq!(
+                lines.concat().replace(' ', ""),
+                text.replace(' ', ""),
+                "nothing lost at {w}"
+            );
+        }
+    }
 }

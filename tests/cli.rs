@@ -452,6 +452,178 @@ fn colour_follows_flag_env_and_config() {
 }
 
 #[test]
+fn print_config_defaults_prints_the_documented_file() {
+    let o = run(&["print-config", "--defaults"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let shipped =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("config/default.toml"))
+            .expect("config/default.toml");
+    // Byte for byte, comments and the commented-out optional keys included.
+    assert_eq!(stdout(&o), shipped);
+    for comment in [
+        "# gpuwatch configuration: every setting, at its default.",
+        "# library = \"/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1\"",
+    ] {
+        assert!(stdout(&o).contains(comment), "{comment}");
+    }
+    // Read back as a config file, it is the defaults: the same effective configuration as
+    // no file at all.
+    let dir = tempfile::tempdir().expect("tmp");
+    let cfg = dir.path().join("defaults.toml");
+    std::fs::write(&cfg, &o.stdout).expect("write");
+    let with_file = run(&["--config", cfg.to_str().expect("utf-8"), "print-config"]);
+    assert!(with_file.status.success(), "{}", stderr(&with_file));
+    assert_eq!(stdout(&with_file), stdout(&run(&["print-config"])));
+    // A broken config file does not stop it; options it would ignore are refused.
+    std::fs::write(&cfg, "[sampling]\nintervall = 1\n").expect("write");
+    let broken = std::process::Command::new(gpuwatch_bin())
+        .args(["print-config", "--defaults"])
+        .env("XDG_CONFIG_HOME", dir.path())
+        .output()
+        .expect("runs");
+    assert_eq!(stdout(&broken), shipped, "{}", stderr(&broken));
+    for args in [
+        &["print-config", "--defaults", "--interval", "2s"][..],
+        &["--interval", "2s", "print-config", "--defaults"],
+        &["print-config", "--defaults", "--config", "x.toml"],
+    ] {
+        fails_with(&run(args), 2, "--defaults prints the shipped defaults");
+    }
+}
+
+/// `gpuwatch SUBCOMMAND --help`.
+fn help(sub: &[&str]) -> String {
+    let mut args = sub.to_vec();
+    args.push("--help");
+    let o = run(&args);
+    assert!(o.status.success(), "{sub:?}: {}", stderr(&o));
+    stdout(&o)
+}
+
+#[test]
+fn each_subcommand_lists_only_its_options_under_headings() {
+    const SOURCE: &[&str] = &["--demo", "--scenario", "--replay", "--speed"];
+    // Commands that read GPUs: the source and sampling options, under their headings.
+    for sub in ["snapshot", "pick", "record", "run", "daemon", "tui"] {
+        let text = help(&[sub]);
+        for heading in ["\nSource:\n", "\nSampling:\n", "\nOutput:\n"] {
+            assert!(text.contains(heading), "{sub} {heading:?}:\n{text}");
+        }
+        for flag in SOURCE
+            .iter()
+            .chain(&["--nvml-library", "--interval", "--log-file"])
+        {
+            assert!(text.contains(flag), "{sub} {flag}:\n{text}");
+        }
+        // The Source heading holds the source options, not the command's own.
+        let source = &text[text.find("\nSource:\n").expect("Source")..];
+        let source = &source[..source.find("\nSampling:\n").expect("Sampling")];
+        assert!(
+            source.contains("--demo") && !source.contains("--interval"),
+            "{sub}"
+        );
+    }
+    assert!(help(&["daemon"]).contains("\nDaemon:\n      --listen <ADDR>"));
+    let tui = help(&["tui"]);
+    assert!(tui.contains("--read-only") && tui.contains("--connect <URL>"));
+    // Options a command does not use are not offered.
+    for sub in [&["explain"][..], &["history", "who"], &["history", "peaks"]] {
+        let text = help(sub);
+        for flag in SOURCE.iter().chain(&[
+            "--interval",
+            "--nvml-library",
+            "--read-only",
+            "--watch",
+            "Source:",
+        ]) {
+            assert!(!text.contains(flag), "{sub:?} offers {flag}:\n{text}");
+        }
+    }
+    let print_config = help(&["print-config"]);
+    for flag in SOURCE.iter().chain(&["--read-only", "--log-file"]) {
+        assert!(!print_config.contains(flag), "print-config offers {flag}");
+    }
+    for flag in [
+        "--defaults",
+        "--interval",
+        "--color",
+        "--watch",
+        "--nvml-library",
+    ] {
+        assert!(print_config.contains(flag), "print-config: {flag}");
+    }
+    for flag in ["--read-only", "--color", "--watch"] {
+        assert!(!help(&["pick"]).contains(flag), "pick offers {flag}");
+    }
+}
+
+#[test]
+fn options_before_or_after_the_subcommand_and_misplaced_ones() {
+    // Before the subcommand (the README's way) or after it: the same.
+    for args in [
+        &["--demo", "snapshot", "--json", "--gpu", "3"][..],
+        &["snapshot", "--demo", "--json", "--gpu", "3"],
+        &["snapshot", "--json", "--gpu", "3", "--demo"],
+    ] {
+        let v = ok_json(&run(args));
+        assert_eq!(v["source"]["kind"], "demo", "{args:?}");
+        assert_eq!(v["gpus"].as_array().map(Vec::len), Some(1), "{args:?}");
+    }
+    let interval = |args: &[&str]| {
+        let text = stdout(&run(args));
+        let parsed: toml::Table = toml::from_str(&text).expect("TOML");
+        parsed["sampling"]["interval"].as_str().map(str::to_owned)
+    };
+    assert_eq!(
+        interval(&["--interval", "500ms", "print-config"]).as_deref(),
+        Some("500ms")
+    );
+    assert_eq!(
+        interval(&["print-config", "--interval", "700ms"]).as_deref(),
+        Some("700ms")
+    );
+    // After the subcommand, the command's own value wins.
+    assert_eq!(
+        interval(&["--interval", "500ms", "print-config", "--interval", "700ms"]).as_deref(),
+        Some("700ms")
+    );
+    // A source option for a command that reads no GPUs is an error, before it or after it.
+    let o = run(&["--demo", "explain", "/dev/null"]);
+    fails_with(&o, 2, "--demo does not apply to 'gpuwatch explain'");
+    let o = run(&["--replay", "x.jsonl", "history", "who", "--gpu", "0"]);
+    fails_with(&o, 2, "--replay does not apply to 'gpuwatch history who'");
+    fails_with(
+        &run(&["--demo", "print-config"]),
+        2,
+        "--demo does not apply",
+    );
+    fails_with(
+        &run(&["--read-only", "snapshot"]),
+        2,
+        "--read-only does not apply",
+    );
+    fails_with(
+        &run(&["explain", "--demo"]),
+        2,
+        "unexpected argument '--demo'",
+    );
+    // Two sources, one in each place.
+    let o = run(&["--demo", "snapshot", "--replay", "x.jsonl"]);
+    fails_with(
+        &o,
+        2,
+        "--demo and --replay each choose where the GPUs come from",
+    );
+    // An option from the environment is no misplaced option.
+    let o = std::process::Command::new(gpuwatch_bin())
+        .args(["explain", "/dev/null"])
+        .env("GPUWATCH_NVML_LIB", "/nonexistent/libnvidia-ml.so.1")
+        .output()
+        .expect("runs");
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
+#[test]
 fn completions_and_man_page_come_from_the_cli() {
     let o = run(&["completions", "bash"]);
     assert!(o.status.success());
@@ -469,10 +641,7 @@ fn completions_and_man_page_come_from_the_cli() {
 fn a_closed_pipe_ends_quietly() {
     use std::io::Read;
     // `gpuwatch snapshot | head -0`: the reader is gone before anything is written.
-    for args in [
-        &["--demo", "completions", "bash"][..],
-        &["--demo", "snapshot"],
-    ] {
+    for args in [&["completions", "bash"][..], &["--demo", "snapshot"]] {
         let mut child = std::process::Command::new(gpuwatch_bin())
             .args(args)
             .env("XDG_CONFIG_HOME", "/nonexistent-gpuwatch-test")

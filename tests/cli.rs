@@ -637,6 +637,207 @@ fn completions_and_man_page_come_from_the_cli() {
     assert_eq!(o.status.code(), Some(2), "unknown shells are a usage error");
 }
 
+/// A man page's text with roff's escaped hyphens and apostrophes plain, and its sections by
+/// `.SH` title.
+fn man_sections(roff: &str) -> Vec<(String, String)> {
+    let text = roff.replace("\\-", "-").replace("\\*(Aq", "'");
+    let mut out: Vec<(String, String)> = Vec::new();
+    for line in text.lines() {
+        if let Some(title) = line.strip_prefix(".SH ") {
+            out.push((title.trim_matches('"').to_owned(), String::new()));
+        } else if let Some((_, body)) = out.last_mut() {
+            body.push_str(line);
+            body.push('\n');
+        }
+    }
+    out
+}
+
+fn section<'a>(sections: &'a [(String, String)], title: &str) -> &'a str {
+    sections
+        .iter()
+        .find(|(t, _)| t == title)
+        .map_or_else(|| panic!("no {title} section"), |(_, b)| b.as_str())
+}
+
+/// `gpuwatch man --dir`: the directory and the names of the pages in it.
+fn man_dir() -> (tempfile::TempDir, std::path::PathBuf, Vec<String>) {
+    let dir = tempfile::tempdir().expect("tmp");
+    let out = dir.path().join("man1");
+    let o = run(&["man", "--dir", out.to_str().expect("utf-8")]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let mut names: Vec<String> = std::fs::read_dir(&out)
+        .expect("dir")
+        .map(|e| e.expect("entry").file_name().into_string().expect("name"))
+        .collect();
+    names.sort();
+    (dir, out, names)
+}
+
+/// The environment variables the source reads by a literal name.
+fn variables_read_by_src() -> std::collections::BTreeSet<String> {
+    let read = regex::Regex::new(
+        r#"(?:var_os|env::var|try_from_env|non_empty)\("([A-Z_]+)"\)|env = "([A-Z_]+)""#,
+    )
+    .expect("regex");
+    let mut seen = std::collections::BTreeSet::new();
+    let mut stack = vec![Path::new(env!("CARGO_MANIFEST_DIR")).join("src")];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).expect("src") {
+            let p = e.expect("entry").path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                let code = std::fs::read_to_string(&p).expect("source");
+                for m in read.captures_iter(&code) {
+                    let var = m.get(1).or_else(|| m.get(2)).expect("name").as_str();
+                    seen.insert(var.to_owned());
+                }
+            }
+        }
+    }
+    seen
+}
+
+#[test]
+fn man_pages_for_every_command_render_and_name_only_emitted_pages() {
+    let (_dir, out, names) = man_dir();
+    let mut expected: Vec<String> = [
+        "",
+        "-tui",
+        "-daemon",
+        "-snapshot",
+        "-pick",
+        "-record",
+        "-run",
+        "-explain",
+        "-history",
+        "-history-who",
+        "-history-peaks",
+        "-print-config",
+        "-completions",
+        "-man",
+    ]
+    .iter()
+    .map(|s| format!("gpuwatch{s}.1"))
+    .collect();
+    expected.sort();
+    assert_eq!(names, expected);
+    // `gpuwatch man` prints gpuwatch(1).
+    let main = std::fs::read_to_string(out.join("gpuwatch.1")).expect("gpuwatch.1");
+    assert_eq!(stdout(&run(&["man"])), main);
+
+    let reference = regex::Regex::new(r"\b(gpuwatch(?:-[a-z]+)*)\((\d)\)").expect("regex");
+    let groff = std::process::Command::new("groff")
+        .arg("--version")
+        .output()
+        .is_ok();
+    for name in &names {
+        let text = std::fs::read_to_string(out.join(name)).expect("page");
+        assert_eq!(text.matches("\n.TH ").count(), 1, "{name}: one title");
+        let sections = man_sections(&text);
+        for title in ["NAME", "SYNOPSIS", "DESCRIPTION", "EXIT STATUS", "SEE ALSO"] {
+            assert!(
+                !section(&sections, title).trim().is_empty(),
+                "{name}: {title}"
+            );
+        }
+        // Every page it names is one of those written.
+        for m in reference.captures_iter(&text.replace("\\-", "-")) {
+            let file = format!("{}.{}", &m[1], &m[2]);
+            assert!(
+                names.contains(&file),
+                "{name} refers to {file}, never emitted"
+            );
+        }
+        assert!(!text.contains("gpuwatch\\-help"), "{name}");
+        if groff {
+            // It renders, without a warning.
+            let r = std::process::Command::new("groff")
+                .args(["-k", "-man", "-Tutf8", "-ww", "-z"])
+                .arg(out.join(name))
+                .output()
+                .expect("groff");
+            assert!(
+                r.status.success() && r.stderr.is_empty(),
+                "{name}: {}",
+                stderr(&r)
+            );
+        }
+    }
+    let run_page = man_sections(&std::fs::read_to_string(out.join("gpuwatch-run.1")).expect("run"));
+    assert!(section(&run_page, "EXIT STATUS").contains("128 + N when signal N killed it"));
+}
+
+#[test]
+fn man_page_documents_keys_findings_files_environment_exit_status() {
+    let (_dir, out, _) = man_dir();
+    let main = std::fs::read_to_string(out.join("gpuwatch.1")).expect("gpuwatch.1");
+    let sections = man_sections(&main);
+    // KEYS: every binding of the key table, in gpuwatch(1) and gpuwatch-tui(1).
+    let tui = std::fs::read_to_string(out.join("gpuwatch-tui.1")).expect("tui");
+    for page in [&sections, &man_sections(&tui)] {
+        let keys = section(page, "KEYS");
+        for b in gpuwatch::tui::keymap::BINDINGS {
+            assert!(
+                keys.contains(&format!("\\fB{}\\fR\n{}\n", b.label, b.help)),
+                "KEYS lacks {} {}:\n{keys}",
+                b.label,
+                b.help
+            );
+        }
+    }
+    // FINDINGS: every rule of the detector, with what it means.
+    let findings = section(&sections, "FINDINGS");
+    for rule in gpuwatch::detect::RuleKind::ALL {
+        assert!(
+            findings.contains(&format!("\\fB{}\\fR", rule.name())),
+            "{rule}"
+        );
+        let start: String = rule.summary().chars().take(30).collect();
+        assert!(findings.contains(&start), "{rule}: {start}");
+    }
+    let files = section(&sections, "FILES");
+    for path in ["gpuwatch/config.toml", "gpuwatch/history.sqlite", ".lock"] {
+        assert!(files.contains(path), "FILES: {path}");
+    }
+    // ENVIRONMENT: every variable the source reads by name.
+    let environment = section(&sections, "ENVIRONMENT");
+    let seen = variables_read_by_src();
+    for var in [
+        "GPUWATCH_NVML_LIB",
+        "GPUWATCH_LOG",
+        "NO_COLOR",
+        "XDG_STATE_HOME",
+        "HOME",
+    ] {
+        assert!(seen.contains(var), "the scan finds {var}: {seen:?}");
+    }
+    // The variables each entry is about: its bold term, "A, B".
+    let documented: Vec<&str> = regex::Regex::new(r"\\fB([A-Z_, ]+)\\fR")
+        .expect("regex")
+        .captures_iter(environment)
+        .flat_map(|m| m.get(1).expect("term").as_str().split(", "))
+        .collect();
+    for var in seen
+        .iter()
+        .map(String::as_str)
+        .chain(["CUDA_VISIBLE_DEVICES", "USER"])
+    {
+        assert!(
+            documented.contains(&var),
+            "ENVIRONMENT lacks {var}: {documented:?}"
+        );
+    }
+    let exit = section(&sections, "EXIT STATUS");
+    for code in ["0", "1", "2"] {
+        assert!(
+            exit.contains(&format!("\\fB{code}\\fR")),
+            "EXIT STATUS {code}"
+        );
+    }
+}
+
 #[test]
 fn a_closed_pipe_ends_quietly() {
     use std::io::Read;

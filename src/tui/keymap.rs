@@ -20,6 +20,28 @@ pub enum Scope {
     Dialog,
 }
 
+impl Scope {
+    /// Where the keys of this scope work, as help texts title them.
+    pub fn title(self) -> &'static str {
+        match self {
+            Scope::Global => "everywhere",
+            Scope::Table => "process table",
+            Scope::Detail => "process detail",
+            Scope::Chart => "memory chart",
+            Scope::Dialog => "kill confirmation",
+        }
+    }
+}
+
+/// The keys that edit the process filter while it is typed (`/`), as help texts show them;
+/// [`lookup`] maps them.
+pub const FILTER_KEYS: &[(&str, &str)] = &[
+    ("Enter", "keep the filter"),
+    ("Esc", "drop the filter"),
+    ("Backspace", "delete the last character"),
+    ("Ctrl-U", "clear the text"),
+];
+
 /// One binding: the keys, what they do, and the help text.
 pub struct Binding {
     pub keys: &'static [KeyCode],
@@ -322,6 +344,31 @@ mod tests {
                     assert!(seen.insert((*k, b.ctrl)), "{k:?} bound twice in {mode:?}");
                 }
             }
+        }
+    }
+
+    #[test]
+    fn the_filter_keys_help_shows_are_the_ones_lookup_maps() {
+        for (label, _) in FILTER_KEYS {
+            let event = match *label {
+                "Enter" => key(KeyCode::Enter),
+                "Esc" => key(KeyCode::Esc),
+                "Backspace" => key(KeyCode::Backspace),
+                "Ctrl-U" => KeyEvent::new(KeyCode::Char('u'), KeyModifiers::CONTROL),
+                other => panic!("unknown label {other}"),
+            };
+            assert!(
+                matches!(
+                    lookup(event, Mode::Filter),
+                    Some(
+                        Command::FilterAccept
+                            | Command::FilterCancel
+                            | Command::FilterBackspace
+                            | Command::FilterErase
+                    )
+                ),
+                "{label}"
+            );
         }
     }
 

@@ -101,7 +101,7 @@ pub fn run(cli: Cli) -> Result<u8> {
         Some(Command::Record(args)) => cmd::record::record(&g, &config, &args),
         Some(Command::Run(args)) => crate::run::command::run_job(&g, &config, &args),
         Some(Command::Daemon(args)) => cmd::daemon::daemon(&g, &config, &args),
-        None => cmd::tui::dashboard(&g, &config),
+        None => cmd::tui::dashboard(&g, &config, crate::tui::scope::ViewScope::default()),
         Some(Command::Tui(args)) => cmd::tui::tui(&g, &config, &args),
         Some(
             Command::Completions { .. }

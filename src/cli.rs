@@ -460,6 +460,25 @@ pub struct TuiArgs {
     /// File holding the bearer token for the remote daemon(s) (`daemon --token-file`).
     #[arg(long, value_name = "PATH", help_heading = "Source")]
     pub token_file: Option<PathBuf>,
+    /// Show only these GPUs: NVML indices, UUIDs or unique prefixes of one (a MIG device's
+    /// MIG-… names its GPU), comma-separated or repeated. The header says so; alerts still
+    /// cover every GPU.
+    #[arg(
+        long,
+        value_name = "LIST",
+        value_delimiter = ',',
+        conflicts_with = "only_visible"
+    )]
+    pub gpu: Vec<crate::gpuref::GpuRef>,
+    /// Show only the GPUs that `CUDA_VISIBLE_DEVICES` names, as a CUDA program started here
+    /// sees them (indices in CUDA's numbering, GPU-… and MIG-… UUIDs). It must be set; set
+    /// and empty, it names no GPU.
+    #[arg(long)]
+    pub only_visible: bool,
+    /// Show only this user's processes in the table and the tree (the GPU panels and the
+    /// findings still count everyone's memory).
+    #[arg(long, value_name = "NAME", value_parser = parse_user)]
+    pub user: Option<String>,
     #[command(flatten)]
     pub dashboard: DashboardArgs,
 }
@@ -658,6 +677,17 @@ pub fn parse_any_duration(text: &str) -> Result<Duration, String> {
 /// A size such as `20GiB`, `512MiB`, `0`, with the config file's rules and messages.
 pub fn parse_size(text: &str) -> Result<u64, String> {
     crate::config::parse_size(text).map_err(|e| format!("'{text}' is {e}"))
+}
+
+/// A user name as `ps` shows it: not empty, at most 256 bytes, no control characters.
+fn parse_user(text: &str) -> Result<String, String> {
+    if text.is_empty() || text.len() > 256 || text.chars().any(char::is_control) {
+        return Err(format!(
+            "'{}' is not a user name (expected a login name as ps shows it)",
+            crate::text::clean(&textlimit::excerpt(text, textlimit::QUOTE_MAX))
+        ));
+    }
+    Ok(text.to_string())
 }
 
 fn parse_speed(text: &str) -> Result<f64, String> {

@@ -266,7 +266,9 @@ fn environment(roff: &mut Roff) {
         (
             "CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER",
             "run passes them to the job as they are unless --gpu sets them, and reads them to \
-             tell which GPUs the job sees when it explains a failure.",
+             tell which GPUs the job sees when it explains a failure; tui --only-visible \
+             shows only the GPUs they name (CUDA_DEVICE_ORDER=PCI_BUS_ID numbers GPUs by bus \
+             id).",
         ),
     ] {
         entry(roff, bold(name), text);

@@ -204,6 +204,8 @@ pub struct UiState {
     pub filter_editing: bool,
     /// Show one GPU (NVML index) or all.
     pub gpu_filter: Option<u32>,
+    /// What the command line limited the screen to (`tui --gpu`, `--only-visible`, `--user`).
+    pub scope: super::scope::ViewScope,
     /// Rows of the table, sorted and filtered.
     pub rows: Vec<RowRef>,
     /// Index into `rows`.
@@ -251,6 +253,7 @@ impl UiState {
             filter: String::new(),
             filter_editing: false,
             gpu_filter: None,
+            scope: super::scope::ViewScope::default(),
             rows: Vec::new(),
             selected: 0,
             selected_key: None,
@@ -328,6 +331,7 @@ impl UiState {
                 .gpus
                 .iter()
                 .filter(|g| self.gpu_filter.is_none_or(|i| g.index == i))
+                .filter(|g| self.scope.shows_gpu(g))
                 .collect()
         })
     }
@@ -361,6 +365,9 @@ impl UiState {
             // The rows on screen keep their growth (derive measured none of them).
             self.measure_visible();
             return Effect::None;
+        }
+        if let Some(problem) = self.scope.resolve(&frame.sample) {
+            self.message = Some(problem);
         }
         self.shown = Some(frame);
         self.analysis = Some(analysis);
@@ -480,11 +487,12 @@ impl UiState {
         let needle = self.filter.to_lowercase();
         let mut rows: Vec<RowRef> = Vec::new();
         for (gi, g) in frame.sample.gpus.iter().enumerate() {
-            if self.gpu_filter.is_some_and(|i| g.index != i) {
+            if self.gpu_filter.is_some_and(|i| g.index != i) || !self.scope.shows_gpu(g) {
                 continue;
             }
             for (pi, p) in g.processes.iter().enumerate() {
-                if needle.is_empty() || matches_filter(p, &needle) {
+                if self.scope.shows_process(p) && (needle.is_empty() || matches_filter(p, &needle))
+                {
                     rows.push(RowRef { gpu: gi, proc: pi });
                 }
             }
@@ -820,7 +828,10 @@ impl UiState {
         let indices: Vec<u32> = self
             .shown
             .as_ref()
-            .map(|f| f.sample.gpus.iter().map(|g| g.index).collect())
+            .map(|f| {
+                let gpus = f.sample.gpus.iter().filter(|g| self.scope.shows_gpu(g));
+                gpus.map(|g| g.index).collect()
+            })
             .unwrap_or_default();
         self.gpu_filter = match self.gpu_filter {
             None => indices.first().copied(),

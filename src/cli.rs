@@ -527,34 +527,38 @@ pub struct HistoryPeaksArgs {
 }
 
 #[derive(Debug, Args, Default)]
-#[command(next_help_heading = "Daemon")]
 pub struct DaemonArgs {
     /// Address the HTTP server (`/metrics`, `/api/v1/…`) listens on [config: daemon.listen;
     /// default 127.0.0.1:9400].
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, value_name = "ADDR", help_heading = "Daemon")]
     pub listen: Option<std::net::SocketAddr>,
     /// File holding a bearer token that every endpoint but `/api/v1/health` requires
     /// [config: daemon.token-file].
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", help_heading = "Daemon")]
     pub token_file: Option<std::path::PathBuf>,
     /// Allow a non-loopback address without a token.
-    #[arg(long)]
+    #[arg(long, help_heading = "Daemon")]
     pub insecure_listen: bool,
     /// Per-process memory series: the top N processes per GPU by memory [config:
     /// daemon.metrics-top-n; default 20]…
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", help_heading = "Daemon")]
     pub metrics_top_n: Option<usize>,
     /// …plus every process holding at least this much [config: daemon.metrics-floor; default
     /// 256MiB].
-    #[arg(long, value_name = "SIZE")]
+    #[arg(long, value_name = "SIZE", help_heading = "Daemon")]
     pub metrics_floor: Option<bytesize::ByteSize>,
     /// The local history database [default: `$XDG_STATE_HOME/gpuwatch/history.sqlite`; none
     /// with a simulated source (--demo, --scenario, --replay) unless given]. One daemon at a
     /// time writes a file (it holds `PATH.lock`).
-    #[arg(long, value_name = "PATH", conflicts_with = "no_history")]
+    #[arg(
+        long,
+        value_name = "PATH",
+        conflicts_with = "no_history",
+        help_heading = "Daemon"
+    )]
     pub history: Option<std::path::PathBuf>,
     /// Do not record the local history.
-    #[arg(long)]
+    #[arg(long, help_heading = "Daemon")]
     pub no_history: bool,
     #[command(flatten)]
     pub sampled: SampledArgs,
@@ -640,8 +644,6 @@ pub struct RunArgs {
     /// Do not print the report at the end.
     #[arg(long)]
     pub quiet: bool,
-    #[command(flatten)]
-    pub sampled: SampledArgs,
     /// The command and its arguments (everything after the first word is the job's, options
     /// included; `--` before it is optional).
     #[arg(
@@ -651,6 +653,9 @@ pub struct RunArgs {
         value_name = "CMD"
     )]
     pub command: Vec<std::ffi::OsString>,
+    // Last: a flattened group's help heading would carry over to the arguments after it.
+    #[command(flatten)]
+    pub sampled: SampledArgs,
 }
 
 /// `100ms` … `60s`, with the config file's rules and messages.

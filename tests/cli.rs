@@ -522,7 +522,17 @@ fn each_subcommand_lists_only_its_options_under_headings() {
             source.contains("--demo") && !source.contains("--interval"),
             "{sub}"
         );
+        // --config is among the command's own options, under no heading of a group.
+        let options = &text[text.find("\nOptions:\n").expect("Options")..];
+        let end = ["\nSource:\n", "\nDaemon:\n"]
+            .iter()
+            .filter_map(|h| options.find(h))
+            .min()
+            .expect("a heading");
+        assert!(options[..end].contains("--config <PATH>"), "{sub}:\n{text}");
     }
+    // The job's command is an argument, under no option heading.
+    assert!(help(&["run"]).contains("Arguments:\n  <CMD>..."));
     assert!(help(&["daemon"]).contains("\nDaemon:\n      --listen <ADDR>"));
     let tui = help(&["tui"]);
     assert!(tui.contains("--read-only") && tui.contains("--connect <URL>"));

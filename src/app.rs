@@ -60,15 +60,7 @@ pub fn run(cli: Cli) -> Result<u8> {
         Some(Command::Man(args)) => return cmd::man::man(args),
         Some(Command::PrintConfig(args)) if args.defaults => {
             // The shipped file itself, whatever the config file and flags say.
-            let g = cli.options().map_err(Failure::setup)?;
-            if g.config.is_some()
-                || g.interval.is_some()
-                || g.slow_interval.is_some()
-                || g.hang_timeout.is_some()
-                || g.color.is_some()
-                || g.no_color
-                || !g.watch.is_empty()
-            {
+            if cli.given.iter().any(|id| id != "defaults") {
                 return Err(Failure::setup(
                     "print-config --defaults prints the shipped defaults: it takes no other \
                      option (without --defaults it prints the configuration in effect)",

@@ -25,6 +25,10 @@ pub struct Cli {
     pub top: DashboardArgs,
     #[command(subcommand)]
     pub command: Option<Command>,
+    /// The options given on the command line (not from the environment), before the
+    /// subcommand and after it, by clap id (`interval`, `nvml_library`).
+    #[arg(skip)]
+    pub given: Vec<String>,
 }
 
 /// `--config`.
@@ -215,7 +219,19 @@ impl Cli {
         let mut cmd = Self::command();
         let matches = cmd.try_get_matches_from_mut(argv)?;
         misplaced_option(&cmd, &matches)?;
-        Self::from_arg_matches(&matches).map_err(|e| e.format(&mut cmd))
+        let mut cli = Self::from_arg_matches(&matches).map_err(|e| e.format(&mut cmd))?;
+        let mut level = Some(&matches);
+        while let Some(m) = level {
+            cli.given.extend(
+                m.ids()
+                    .filter(|id| {
+                        m.value_source(id.as_str()) == Some(clap::parser::ValueSource::CommandLine)
+                    })
+                    .map(|id| id.as_str().to_owned()),
+            );
+            level = m.subcommand().map(|(_, sub)| sub);
+        }
+        Ok(cli)
     }
 
     /// The options in effect: each group's value from the subcommand when given there, else

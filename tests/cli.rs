@@ -486,9 +486,17 @@ fn print_config_defaults_prints_the_documented_file() {
         &["print-config", "--defaults", "--interval", "2s"][..],
         &["--interval", "2s", "print-config", "--defaults"],
         &["print-config", "--defaults", "--config", "x.toml"],
+        &["print-config", "--defaults", "--nvml-library", "/x.so"],
     ] {
         fails_with(&run(args), 2, "--defaults prints the shipped defaults");
     }
+    // The library from the environment is no option given.
+    let from_env = std::process::Command::new(gpuwatch_bin())
+        .args(["print-config", "--defaults"])
+        .env("GPUWATCH_NVML_LIB", "/x.so")
+        .output()
+        .expect("runs");
+    assert_eq!(stdout(&from_env), shipped, "{}", stderr(&from_env));
 }
 
 /// `gpuwatch SUBCOMMAND --help`.

@@ -106,6 +106,36 @@ fn only_visible_without_the_variable_is_a_clear_error() {
 }
 
 #[test]
+fn a_scope_without_a_dashboard_is_refused() {
+    let run = |args: &[&str]| {
+        std::process::Command::new(gpuwatch_bin())
+            .args(args)
+            .env("XDG_CONFIG_HOME", "/nonexistent-gpuwatch-test")
+            .output()
+            .expect("runs")
+    };
+    // Output to a pipe gets the plain table of every GPU: no dashboard to limit.
+    let o = run(&["--demo", "tui", "--gpu", "1"]);
+    common::fails_with(&o, 2, "the output is not a terminal");
+    let o = run(&["tui", "--prometheus", "http://127.0.0.1:1", "--user", "bob"]);
+    common::fails_with(&o, 2, "not the cluster overview");
+    let o = run(&["tui", "--connect", "http://127.0.0.1:1", "--only-visible"]);
+    common::fails_with(
+        &o,
+        2,
+        "--only-visible reads this shell's CUDA_VISIBLE_DEVICES",
+    );
+    let o = run(&["--demo", "tui", "--connect", "http://127.0.0.1:1"]);
+    common::fails_with(&o, 2, "--demo does not apply to it");
+    let o = run(&["tui", "--user", "a\u{1b}[2Jb"]);
+    common::fails_with(&o, 2, "is not a user name");
+    assert!(
+        !common::stderr(&o).contains('\u{1b}'),
+        "the name is cleaned"
+    );
+}
+
+#[test]
 fn user_limits_the_table_not_the_gpus() {
     let t = Tmux::start("user", &[], "--demo tui --user bob");
     let s = t.wait_for("bob's process", |s| {

@@ -318,16 +318,26 @@ impl Cli {
 impl SourceArgs {
     /// The flag that chose a simulated source, if one did.
     fn chosen(&self) -> Option<&'static str> {
-        if self.demo {
-            Some("--demo")
-        } else if self.scenario.is_some() {
-            Some("--scenario")
-        } else if self.replay.is_some() {
-            Some("--replay")
-        } else {
-            None
-        }
+        simulated(self.demo, self.scenario.is_some(), self.replay.is_some())
     }
+}
+
+impl GlobalArgs {
+    /// The flag that chose a simulated source (`--demo`, `--scenario`, `--replay`), if one
+    /// did: the GPUs are not this host's.
+    pub fn simulated(&self) -> Option<&'static str> {
+        simulated(self.demo, self.scenario.is_some(), self.replay.is_some())
+    }
+}
+
+fn simulated(demo: bool, scenario: bool, replay: bool) -> Option<&'static str> {
+    [
+        (demo, "--demo"),
+        (scenario, "--scenario"),
+        (replay, "--replay"),
+    ]
+    .into_iter()
+    .find_map(|(on, flag)| on.then_some(flag))
 }
 
 /// An option given before the subcommand (on the command line, not from the environment) that

@@ -19,7 +19,7 @@ use crate::watch::WatchSet;
 pub(crate) fn tui(g: &GlobalArgs, config: &Config, args: &crate::cli::TuiArgs) -> Result<u8> {
     let remote = args.connect.as_deref().map(|_| "--connect");
     let remote = remote.or(args.prometheus.as_deref().map(|_| "--prometheus"));
-    if let (Some(flag), Some(local)) = (remote, simulated(g)) {
+    if let (Some(flag), Some(local)) = (remote, g.simulated()) {
         return Err(Failure::setup(format!(
             "{flag} shows GPUs from elsewhere: {local} does not apply to it"
         )));
@@ -38,17 +38,6 @@ pub(crate) fn tui(g: &GlobalArgs, config: &Config, args: &crate::cli::TuiArgs) -
         return cluster_overview(config, prometheus, token);
     }
     dashboard(g, config, scope)
-}
-
-/// The simulated source the options chose, if any.
-fn simulated(g: &GlobalArgs) -> Option<&'static str> {
-    [
-        (g.demo, "--demo"),
-        (g.scenario.is_some(), "--scenario"),
-        (g.replay.is_some(), "--replay"),
-    ]
-    .into_iter()
-    .find_map(|(on, flag)| on.then_some(flag))
 }
 
 /// The longest `CUDA_VISIBLE_DEVICES` read (a few hundred bytes name 64 MIG devices).

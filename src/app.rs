@@ -57,39 +57,50 @@ pub fn run(cli: Cli) -> Result<u8> {
             write_stdout(&String::from_utf8_lossy(&out))?;
             return Ok(0);
         }
-        Some(Command::Man) => {
-            let mut out = Vec::new();
-            clap_mangen::Man::new(Cli::command())
-                .render(&mut out)
-                .map_err(|e| Failure::runtime(format!("cannot render the man page: {e}")))?;
-            write_stdout(&String::from_utf8_lossy(&out))?;
+        Some(Command::Man(args)) => return cmd::man::man(args),
+        Some(Command::PrintConfig(args)) if args.defaults => {
+            // The shipped file itself, whatever the config file and flags say.
+            if cli.given.iter().any(|id| id != "defaults") {
+                return Err(Failure::setup(
+                    "print-config --defaults prints the shipped defaults: it takes no other \
+                     option (without --defaults it prints the configuration in effect)",
+                ));
+            }
+            write_stdout(crate::config::DEFAULT_TOML)?;
             return Ok(0);
         }
+        // Neither reads the configuration: a broken config file must not stop them.
+        Some(Command::Explain(args)) => return cmd::explain::explain(args),
+        Some(Command::History(args)) => return cmd::history::history(args),
         _ => {}
     }
-    if let Some(path) = &cli.global.log_file {
+    let g = cli.options().map_err(Failure::setup)?;
+    if let Some(path) = &g.log_file {
         init_log(path)?;
     }
-    let config = load_config(&cli)?;
+    let config = load_config(&g, cli.command.as_ref())?;
     match cli.command {
-        Some(Command::History(args)) => cmd::history::history(&args),
-        Some(Command::PrintConfig) => {
+        Some(Command::PrintConfig(_)) => {
             write_stdout(&format!(
                 "{}\n{}",
                 config.to_toml(),
-                front_ends(&config, cli.global.interval)
+                front_ends(&config, g.interval)
             ))?;
             Ok(0)
         }
-        Some(Command::Snapshot(args)) => cmd::snapshot::snapshot(&cli.global, &config, &args),
-        Some(Command::Pick(args)) => cmd::pick::pick(&cli.global, &config, &args),
-        Some(Command::Record(args)) => cmd::record::record(&cli.global, &config, &args),
-        Some(Command::Run(args)) => crate::run::command::run_job(&cli.global, &config, &args),
-        Some(Command::Explain(args)) => cmd::explain::explain(&args),
-        Some(Command::Daemon(args)) => cmd::daemon::daemon(&cli.global, &config, &args),
-        None => cmd::tui::dashboard(&cli.global, &config, None),
-        Some(Command::Tui(args)) => cmd::tui::tui(&cli.global, &config, &args),
-        Some(Command::Completions { .. } | Command::Man) => Ok(0),
+        Some(Command::Snapshot(args)) => cmd::snapshot::snapshot(&g, &config, &args),
+        Some(Command::Pick(args)) => cmd::pick::pick(&g, &config, &args),
+        Some(Command::Record(args)) => cmd::record::record(&g, &config, &args),
+        Some(Command::Run(args)) => crate::run::command::run_job(&g, &config, &args),
+        Some(Command::Daemon(args)) => cmd::daemon::daemon(&g, &config, &args),
+        None => cmd::tui::dashboard(&g, &config, crate::tui::scope::ViewScope::default(), None),
+        Some(Command::Tui(args)) => cmd::tui::tui(&g, &config, &args),
+        Some(
+            Command::Completions { .. }
+            | Command::Man(_)
+            | Command::Explain(_)
+            | Command::History(_),
+        ) => Ok(0),
     }
 }
 
@@ -148,8 +159,7 @@ fn init_log(path: &Path) -> Result<()> {
         .map_err(|e| Failure::setup(format!("cannot start logging: {e}")))
 }
 
-fn load_config(cli: &Cli) -> Result<Config> {
-    let g = &cli.global;
+fn load_config(g: &GlobalArgs, command: Option<&Command>) -> Result<Config> {
     let mut overrides = Overrides {
         interval: g.interval,
         slow_interval: g.slow_interval,
@@ -164,7 +174,7 @@ fn load_config(cli: &Cli) -> Result<Config> {
     if g.no_color || (no_color_env && g.color.is_none()) {
         overrides.color = Some(ColorChoice::Never);
     }
-    if let Some(Command::Pick(p)) = &cli.command {
+    if let Some(Command::Pick(p)) = command {
         overrides.pick_min_free = p.min_free;
         overrides.pick_count = p.count;
         overrides.pick_format = p.format;

@@ -1,10 +1,18 @@
 //! The command line (clap derive). Parsing has no side effects; `app` resolves it against the
 //! config file into what each command needs.
+//!
+//! Each subcommand takes only the option groups it uses (help headings Source, Sampling,
+//! Output, Daemon, …). The bare `gpuwatch` (the dashboard) takes the dashboard's groups too, so
+//! `gpuwatch --demo snapshot` and `gpuwatch snapshot --demo` both work; an option given before
+//! a subcommand that does not use it (`gpuwatch --demo explain`) is an error
+//! ([`Cli::try_parse_checked`]), never silently ignored. [`Cli::options`] merges the two places
+//! into one [`GlobalArgs`].
 
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::pick::PickFormat;
 
@@ -12,60 +20,363 @@ use crate::pick::PickFormat;
 #[derive(Debug, Parser)]
 #[command(name = "gpuwatch", version, about, long_about = None)]
 pub struct Cli {
+    /// The dashboard's options, given before any subcommand.
     #[command(flatten)]
-    pub global: GlobalArgs,
+    pub top: DashboardArgs,
     #[command(subcommand)]
     pub command: Option<Command>,
+    /// The options given on the command line (not from the environment), before the
+    /// subcommand and after it, by clap id (`interval`, `nvml_library`).
+    #[arg(skip)]
+    pub given: Vec<String>,
 }
 
-/// Options every command understands.
-#[derive(Debug, Args, Default)]
-pub struct GlobalArgs {
+/// `--config`.
+#[derive(Debug, Args, Default, Clone)]
+pub struct ConfigArg {
     /// Read settings from this file instead of `$XDG_CONFIG_HOME/gpuwatch/config.toml`.
-    #[arg(long, global = true, value_name = "PATH")]
+    #[arg(long, value_name = "PATH")]
     pub config: Option<PathBuf>,
+}
+
+/// Where the GPUs come from.
+#[derive(Debug, Args, Default, Clone)]
+#[command(next_help_heading = "Source")]
+pub struct SourceArgs {
     /// Use the built-in simulated GPUs instead of the driver (no GPU needed).
-    #[arg(long, global = true, conflicts_with_all = ["replay", "scenario"])]
+    #[arg(long, conflicts_with_all = ["replay", "scenario"])]
     pub demo: bool,
     /// Use simulated GPUs from this scenario file (the format of `assets/scenarios/demo.toml`).
-    #[arg(long, global = true, value_name = "FILE", conflicts_with = "replay")]
+    #[arg(long, value_name = "FILE", conflicts_with = "replay")]
     pub scenario: Option<PathBuf>,
     /// Play back a recording made by `gpuwatch record`.
-    #[arg(long, global = true, value_name = "FILE")]
+    #[arg(long, value_name = "FILE")]
     pub replay: Option<PathBuf>,
-    /// Replay speed: 1 = as recorded, 10 = ten times faster, 0 = as fast as possible.
-    #[arg(long, global = true, value_name = "X", default_value_t = 1.0, value_parser = parse_speed)]
-    pub speed: f64,
+    /// Replay speed: 1 = as recorded, 10 = ten times faster, 0 = as fast as possible
+    /// [default: 1].
+    #[arg(long, value_name = "X", value_parser = parse_speed)]
+    pub speed: Option<f64>,
+    #[command(flatten)]
+    pub driver: DriverArg,
+}
+
+/// `--nvml-library` (also what `print-config` shows).
+#[derive(Debug, Args, Default, Clone)]
+#[command(next_help_heading = "Source")]
+pub struct DriverArg {
+    /// Path of the NVML library (default: the system's libnvidia-ml.so.1).
+    #[arg(long, value_name = "PATH", env = "GPUWATCH_NVML_LIB")]
+    pub nvml_library: Option<PathBuf>,
+}
+
+/// How often.
+#[derive(Debug, Args, Default, Clone)]
+#[command(next_help_heading = "Sampling")]
+pub struct SamplingArgs {
     /// Fast sampling interval (memory, utilisation, processes), 100ms to 60s.
-    #[arg(long, global = true, value_name = "DURATION", value_parser = parse_interval)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_interval)]
     pub interval: Option<Duration>,
     /// Slow sampling interval (PCIe throughput, energy, ECC), 100ms to 10m, at least --interval.
-    #[arg(long, global = true, value_name = "DURATION", value_parser = parse_slow_interval)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_slow_interval)]
     pub slow_interval: Option<Duration>,
     /// How long one-shot commands wait for the first sample before naming the call that hangs.
-    #[arg(long, global = true, value_name = "DURATION", value_parser = parse_hang_timeout)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_hang_timeout)]
     pub hang_timeout: Option<Duration>,
-    /// Path of the NVML library (default: the system's libnvidia-ml.so.1).
-    #[arg(long, global = true, value_name = "PATH", env = "GPUWATCH_NVML_LIB")]
-    pub nvml_library: Option<PathBuf>,
+}
+
+/// `--color`, `--no-color`.
+#[derive(Debug, Args, Default, Clone)]
+#[command(next_help_heading = "Output")]
+pub struct ColorArgs {
     /// Colours: auto (on a terminal, unless `NO_COLOR` is set), always, never.
-    #[arg(long, global = true, value_name = "WHEN")]
+    #[arg(long, value_name = "WHEN")]
     pub color: Option<crate::config::ColorChoice>,
     /// Never colour the output (same as --color never; the `NO_COLOR` variable does the same).
-    #[arg(long, global = true, conflicts_with = "color")]
+    #[arg(long, conflicts_with = "color")]
     pub no_color: bool,
+}
+
+/// `--log-file`.
+#[derive(Debug, Args, Default, Clone)]
+#[command(next_help_heading = "Output")]
+pub struct LogArg {
     /// Write a log to this file (never to the screen). Level from `GPUWATCH_LOG` (default info).
-    #[arg(long, global = true, value_name = "PATH")]
+    #[arg(long, value_name = "PATH")]
     pub log_file: Option<PathBuf>,
-    /// Disable every action that changes something (signalling processes from the dashboard).
-    #[arg(long, global = true)]
-    pub read_only: bool,
+}
+
+/// `--watch`.
+#[derive(Debug, Args, Default, Clone)]
+#[command(next_help_heading = "Output")]
+pub struct WatchArg {
     /// Processes that are "mine": `pid:N` (with descendants), `user:NAME`, `cmd:REGEX`.
     /// Repeatable. Default: the invoking user's processes.
-    #[arg(long = "watch", global = true, value_name = "SPEC")]
+    #[arg(long = "watch", value_name = "SPEC")]
     pub watch: Vec<crate::watch::WatchSpec>,
 }
 
+/// What every command that samples GPUs takes: the config file, the source, the cadences and
+/// the log.
+#[derive(Debug, Args, Default, Clone)]
+pub struct SampledArgs {
+    #[command(flatten)]
+    pub config: ConfigArg,
+    #[command(flatten)]
+    pub source: SourceArgs,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+    #[command(flatten)]
+    pub log: LogArg,
+}
+
+/// The dashboard's options (`gpuwatch`, `gpuwatch tui`).
+#[derive(Debug, Args, Default, Clone)]
+pub struct DashboardArgs {
+    /// Disable every action that changes something (signalling processes from the dashboard).
+    #[arg(long)]
+    pub read_only: bool,
+    #[command(flatten)]
+    pub sampled: SampledArgs,
+    #[command(flatten)]
+    pub color: ColorArgs,
+    #[command(flatten)]
+    pub watch: WatchArg,
+}
+
+/// The options in effect for a command: its own, or else those given before the subcommand
+/// (what the front ends read; [`Cli::options`]).
+#[derive(Debug, Default, Clone)]
+pub struct GlobalArgs {
+    pub config: Option<PathBuf>,
+    pub demo: bool,
+    pub scenario: Option<PathBuf>,
+    pub replay: Option<PathBuf>,
+    pub speed: f64,
+    pub interval: Option<Duration>,
+    pub slow_interval: Option<Duration>,
+    pub hang_timeout: Option<Duration>,
+    pub nvml_library: Option<PathBuf>,
+    pub color: Option<crate::config::ColorChoice>,
+    pub no_color: bool,
+    pub log_file: Option<PathBuf>,
+    pub read_only: bool,
+    pub watch: Vec<crate::watch::WatchSpec>,
+}
+
+/// The option groups one subcommand takes (`None`: it takes none of that group).
+#[derive(Default)]
+struct Groups<'a> {
+    config: Option<&'a ConfigArg>,
+    source: Option<&'a SourceArgs>,
+    driver: Option<&'a DriverArg>,
+    sampling: Option<&'a SamplingArgs>,
+    log: Option<&'a LogArg>,
+    color: Option<&'a ColorArgs>,
+    watch: Option<&'a WatchArg>,
+    read_only: bool,
+}
+
+impl<'a> Groups<'a> {
+    fn sampled(s: &'a SampledArgs) -> Self {
+        Self {
+            config: Some(&s.config),
+            source: Some(&s.source),
+            driver: Some(&s.source.driver),
+            sampling: Some(&s.sampling),
+            log: Some(&s.log),
+            ..Self::default()
+        }
+    }
+
+    fn dashboard(d: &'a DashboardArgs) -> Self {
+        Self {
+            color: Some(&d.color),
+            watch: Some(&d.watch),
+            read_only: d.read_only,
+            ..Self::sampled(&d.sampled)
+        }
+    }
+}
+
+impl Cli {
+    /// Parses the process's arguments as [`Self::try_parse_checked`] does; on `--help`, a
+    /// usage error or a misplaced option, prints clap's message and exits (2 for errors).
+    #[must_use]
+    pub fn parse_checked() -> Self {
+        Self::try_parse_checked(std::env::args_os()).unwrap_or_else(|e| e.exit())
+    }
+
+    /// Parses `argv`, and refuses an option given before a subcommand that does not take it
+    /// (`gpuwatch --demo explain LOG`: explain reads a log, not GPUs).
+    ///
+    /// # Errors
+    /// clap's error (help and version are errors too, as with `try_parse_from`).
+    pub fn try_parse_checked<I, T>(argv: I) -> Result<Self, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<OsString> + Clone,
+    {
+        let mut cmd = Self::command();
+        let matches = cmd.try_get_matches_from_mut(argv)?;
+        misplaced_option(&cmd, &matches)?;
+        let mut cli = Self::from_arg_matches(&matches).map_err(|e| e.format(&mut cmd))?;
+        let mut level = Some(&matches);
+        while let Some(m) = level {
+            cli.given.extend(
+                m.ids()
+                    .filter(|id| {
+                        m.value_source(id.as_str()) == Some(clap::parser::ValueSource::CommandLine)
+                    })
+                    .map(|id| id.as_str().to_owned()),
+            );
+            level = m.subcommand().map(|(_, sub)| sub);
+        }
+        Ok(cli)
+    }
+
+    /// The options in effect: each group's value from the subcommand when given there, else
+    /// from before it.
+    ///
+    /// # Errors
+    /// Two sources (`--demo` before the subcommand, `--replay` after it), or `--color` and
+    /// `--no-color`, across the two places.
+    pub fn options(&self) -> Result<GlobalArgs, String> {
+        let sub = self
+            .command
+            .as_ref()
+            .map_or_else(Groups::default, Command::groups);
+        let top = &self.top;
+        let top_source = &top.sampled.source;
+        let source = match sub.source {
+            Some(s) if s.chosen().is_some() => {
+                if let Some(before) = top_source.chosen()
+                    && Some(before) != s.chosen()
+                {
+                    return Err(format!(
+                        "{before} and {} each choose where the GPUs come from: give one of them",
+                        s.chosen().unwrap_or_default()
+                    ));
+                }
+                s
+            }
+            _ => top_source,
+        };
+        let color = match sub.color {
+            Some(c) if c.color.is_some() || c.no_color => {
+                if c.color.is_some() && top.color.no_color
+                    || c.no_color && top.color.color.is_some()
+                {
+                    return Err(
+                        "--color and --no-color contradict each other: give one of them".into(),
+                    );
+                }
+                c
+            }
+            _ => &top.color,
+        };
+        let sampling = |f: fn(&SamplingArgs) -> Option<Duration>| {
+            sub.sampling
+                .and_then(f)
+                .or_else(|| f(&top.sampled.sampling))
+        };
+        let watch = sub
+            .watch
+            .filter(|w| !w.watch.is_empty())
+            .unwrap_or(&top.watch);
+        Ok(GlobalArgs {
+            config: sub
+                .config
+                .and_then(|c| c.config.clone())
+                .or_else(|| top.sampled.config.config.clone()),
+            demo: source.demo,
+            scenario: source.scenario.clone(),
+            replay: source.replay.clone(),
+            speed: sub
+                .source
+                .and_then(|s| s.speed)
+                .or(top_source.speed)
+                .unwrap_or(1.0),
+            interval: sampling(|s| s.interval),
+            slow_interval: sampling(|s| s.slow_interval),
+            hang_timeout: sampling(|s| s.hang_timeout),
+            nvml_library: sub
+                .driver
+                .and_then(|d| d.nvml_library.clone())
+                .or_else(|| top_source.driver.nvml_library.clone()),
+            color: color.color,
+            no_color: color.no_color,
+            log_file: sub
+                .log
+                .and_then(|l| l.log_file.clone())
+                .or_else(|| top.sampled.log.log_file.clone()),
+            read_only: sub.read_only || top.read_only,
+            watch: watch.watch.clone(),
+        })
+    }
+}
+
+impl SourceArgs {
+    /// The flag that chose a simulated source, if one did.
+    fn chosen(&self) -> Option<&'static str> {
+        simulated(self.demo, self.scenario.is_some(), self.replay.is_some())
+    }
+}
+
+impl GlobalArgs {
+    /// The flag that chose a simulated source (`--demo`, `--scenario`, `--replay`), if one
+    /// did: the GPUs are not this host's.
+    pub fn simulated(&self) -> Option<&'static str> {
+        simulated(self.demo, self.scenario.is_some(), self.replay.is_some())
+    }
+}
+
+fn simulated(demo: bool, scenario: bool, replay: bool) -> Option<&'static str> {
+    [
+        (demo, "--demo"),
+        (scenario, "--scenario"),
+        (replay, "--replay"),
+    ]
+    .into_iter()
+    .find_map(|(on, flag)| on.then_some(flag))
+}
+
+/// An option given before the subcommand (on the command line, not from the environment) that
+/// the subcommand does not take is an error naming both.
+fn misplaced_option(cmd: &clap::Command, matches: &clap::ArgMatches) -> Result<(), clap::Error> {
+    let Some((name, mut leaf_matches)) = matches.subcommand() else {
+        return Ok(());
+    };
+    let mut path = vec![name];
+    let mut leaf = cmd.find_subcommand(name);
+    while let (Some(c), Some((n, m))) = (leaf, leaf_matches.subcommand()) {
+        path.push(n);
+        leaf = c.find_subcommand(n);
+        leaf_matches = m;
+    }
+    let Some(leaf) = leaf else {
+        return Ok(());
+    };
+    for arg in cmd.get_arguments() {
+        let id = arg.get_id();
+        if matches.value_source(id.as_str()) != Some(clap::parser::ValueSource::CommandLine) {
+            continue;
+        }
+        if leaf.get_arguments().any(|a| a.get_id() == id) {
+            continue;
+        }
+        let flag = arg
+            .get_long()
+            .map_or_else(|| id.to_string(), |l| format!("--{l}"));
+        let sub = path.join(" ");
+        return Err(cmd.clone().error(
+            clap::error::ErrorKind::ArgumentConflict,
+            format!(
+                "{flag} does not apply to 'gpuwatch {sub}' (its options: gpuwatch {sub} --help)"
+            ),
+        ));
+    }
+    Ok(())
+}
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// The dashboard (the default): GPUs, processes, history charts, process detail.
@@ -85,35 +396,122 @@ pub enum Command {
     /// Query the local history store that the daemon writes.
     #[command(subcommand)]
     History(HistoryCommand),
-    /// Print the effective configuration (defaults, file and command line merged).
-    PrintConfig,
+    /// Print the effective configuration (defaults, file and command line merged), or with
+    /// --defaults the documented default file.
+    PrintConfig(PrintConfigArgs),
     /// Print shell completions.
     Completions {
         /// The shell.
         shell: clap_complete::Shell,
     },
-    /// Print the man page (roff).
-    Man,
+    /// Print the man page (roff), or write one per command to a directory.
+    Man(ManArgs),
+}
+
+impl Command {
+    /// The option groups this subcommand takes.
+    fn groups(&self) -> Groups<'_> {
+        match self {
+            Self::Tui(a) => Groups::dashboard(&a.dashboard),
+            Self::Daemon(a) => Groups {
+                watch: Some(&a.watch),
+                ..Groups::sampled(&a.sampled)
+            },
+            Self::Snapshot(a) => Groups {
+                color: Some(&a.color),
+                watch: Some(&a.watch),
+                ..Groups::sampled(&a.sampled)
+            },
+            Self::Pick(PickArgs { sampled, .. })
+            | Self::Record(RecordArgs { sampled, .. })
+            | Self::Run(RunArgs { sampled, .. }) => Groups::sampled(sampled),
+            Self::PrintConfig(a) => Groups {
+                config: Some(&a.config),
+                driver: Some(&a.driver),
+                sampling: Some(&a.sampling),
+                color: Some(&a.color),
+                watch: Some(&a.watch),
+                ..Groups::default()
+            },
+            Self::Explain(_) | Self::History(_) | Self::Completions { .. } | Self::Man(_) => {
+                Groups::default()
+            }
+        }
+    }
+}
+
+/// `gpuwatch print-config`.
+#[derive(Debug, Args, Default)]
+pub struct PrintConfigArgs {
+    /// Print the documented default configuration file, comments and all (every key at its
+    /// default; optional keys commented out), instead of the configuration in effect.
+    #[arg(long)]
+    pub defaults: bool,
+    #[command(flatten)]
+    pub config: ConfigArg,
+    #[command(flatten)]
+    pub driver: DriverArg,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+    #[command(flatten)]
+    pub color: ColorArgs,
+    #[command(flatten)]
+    pub watch: WatchArg,
+}
+
+/// `gpuwatch man`.
+#[derive(Debug, Args, Default)]
+pub struct ManArgs {
+    /// Write gpuwatch.1 and a gpuwatch-COMMAND.1 page for every command into this directory
+    /// (created if missing) instead of printing gpuwatch(1).
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
 }
 
 /// `gpuwatch tui`: local GPUs by default, or a remote daemon, or a cluster through Prometheus.
 #[derive(Debug, Args, Default)]
 pub struct TuiArgs {
     /// Show a remote daemon's GPUs (its `/api/v1/events` stream), e.g. `http://gpu-07:9400`.
-    #[arg(long, value_name = "URL", conflicts_with = "prometheus")]
+    #[arg(
+        long,
+        value_name = "URL",
+        conflicts_with = "prometheus",
+        help_heading = "Source"
+    )]
     pub connect: Option<String>,
     /// Show a cluster overview from a Prometheus server that scrapes gpuwatch daemons, e.g.
     /// `http://prom:9090`.
-    #[arg(long, value_name = "URL")]
+    #[arg(long, value_name = "URL", help_heading = "Source")]
     pub prometheus: Option<String>,
     /// File holding the bearer token for the remote daemon(s) (`daemon --token-file`).
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", help_heading = "Source")]
     pub token_file: Option<PathBuf>,
     /// With --replay: start at this moment, in seconds from the recording's start. The 11
     /// minutes recorded before it are run through the analysis first, so what was open then is
     /// on screen at once.
     #[arg(long, value_name = "SECONDS")]
     pub at: Option<f64>,
+    /// Show only these GPUs: NVML indices, UUIDs or unique prefixes of one (a MIG device's
+    /// MIG-… names its GPU), comma-separated or repeated. The header says so; alerts still
+    /// cover every GPU.
+    #[arg(
+        long,
+        value_name = "LIST",
+        value_delimiter = ',',
+        conflicts_with = "only_visible"
+    )]
+    pub gpu: Vec<crate::gpuref::GpuRef>,
+    /// Show only the GPUs that `CUDA_VISIBLE_DEVICES` names, as a CUDA program started here
+    /// sees them (indices in CUDA's numbering, GPU-… and MIG-… UUIDs). It must be set; set
+    /// and empty, it names no GPU.
+    #[arg(long)]
+    pub only_visible: bool,
+    /// Show only this user's processes in the table and the tree (the GPU panels and the
+    /// findings still count everyone's memory).
+    #[arg(long, value_name = "NAME", value_parser = parse_user)]
+    pub user: Option<String>,
+    #[command(flatten)]
+    pub dashboard: DashboardArgs,
 }
 
 /// `gpuwatch history …`.
@@ -163,31 +561,40 @@ pub struct HistoryPeaksArgs {
 pub struct DaemonArgs {
     /// Address the HTTP server (`/metrics`, `/api/v1/…`) listens on [config: daemon.listen;
     /// default 127.0.0.1:9400].
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, value_name = "ADDR", help_heading = "Daemon")]
     pub listen: Option<std::net::SocketAddr>,
     /// File holding a bearer token that every endpoint but `/api/v1/health` requires
     /// [config: daemon.token-file].
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", help_heading = "Daemon")]
     pub token_file: Option<std::path::PathBuf>,
     /// Allow a non-loopback address without a token.
-    #[arg(long)]
+    #[arg(long, help_heading = "Daemon")]
     pub insecure_listen: bool,
     /// Per-process memory series: the top N processes per GPU by memory [config:
     /// daemon.metrics-top-n; default 20]…
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", help_heading = "Daemon")]
     pub metrics_top_n: Option<usize>,
     /// …plus every process holding at least this much [config: daemon.metrics-floor; default
     /// 256MiB].
-    #[arg(long, value_name = "SIZE")]
+    #[arg(long, value_name = "SIZE", help_heading = "Daemon")]
     pub metrics_floor: Option<bytesize::ByteSize>,
     /// The local history database [default: `$XDG_STATE_HOME/gpuwatch/history.sqlite`; none
     /// with a simulated source (--demo, --scenario, --replay) unless given]. One daemon at a
     /// time writes a file (it holds `PATH.lock`).
-    #[arg(long, value_name = "PATH", conflicts_with = "no_history")]
+    #[arg(
+        long,
+        value_name = "PATH",
+        conflicts_with = "no_history",
+        help_heading = "Daemon"
+    )]
     pub history: Option<std::path::PathBuf>,
     /// Do not record the local history.
-    #[arg(long)]
+    #[arg(long, help_heading = "Daemon")]
     pub no_history: bool,
+    #[command(flatten)]
+    pub sampled: SampledArgs,
+    #[command(flatten)]
+    pub watch: WatchArg,
 }
 
 #[derive(Debug, Args, Default)]
@@ -201,6 +608,12 @@ pub struct SnapshotArgs {
     /// With --replay: the moment to show, in seconds from the recording's start.
     #[arg(long, value_name = "SECONDS")]
     pub at: Option<f64>,
+    #[command(flatten)]
+    pub sampled: SampledArgs,
+    #[command(flatten)]
+    pub color: ColorArgs,
+    #[command(flatten)]
+    pub watch: WatchArg,
 }
 
 #[derive(Debug, Args, Default)]
@@ -214,6 +627,8 @@ pub struct PickArgs {
     /// Output format.
     #[arg(long, value_enum)]
     pub format: Option<PickFormat>,
+    #[command(flatten)]
+    pub sampled: SampledArgs,
 }
 
 #[derive(Debug, Args)]
@@ -229,6 +644,8 @@ pub struct RecordArgs {
     /// Replace FILE if it exists.
     #[arg(long)]
     pub force: bool,
+    #[command(flatten)]
+    pub sampled: SampledArgs,
 }
 
 /// `gpuwatch run [OPTIONS] [--] CMD ARGS…`. The sampling interval is the global `--interval`
@@ -267,6 +684,9 @@ pub struct RunArgs {
         value_name = "CMD"
     )]
     pub command: Vec<std::ffi::OsString>,
+    // Last: a flattened group's help heading would carry over to the arguments after it.
+    #[command(flatten)]
+    pub sampled: SampledArgs,
 }
 
 /// `100ms` … `60s`, with the config file's rules and messages.
@@ -293,6 +713,17 @@ pub fn parse_any_duration(text: &str) -> Result<Duration, String> {
 /// A size such as `20GiB`, `512MiB`, `0`, with the config file's rules and messages.
 pub fn parse_size(text: &str) -> Result<u64, String> {
     crate::config::parse_size(text).map_err(|e| format!("'{text}' is {e}"))
+}
+
+/// A user name as `ps` shows it: not empty, at most 256 bytes, no control characters.
+fn parse_user(text: &str) -> Result<String, String> {
+    if text.is_empty() || text.len() > 256 || text.chars().any(char::is_control) {
+        return Err(format!(
+            "'{}' is not a user name (expected a login name as ps shows it)",
+            crate::text::clean(&textlimit::excerpt(text, textlimit::QUOTE_MAX))
+        ));
+    }
+    Ok(text.to_string())
 }
 
 fn parse_speed(text: &str) -> Result<f64, String> {
@@ -333,9 +764,10 @@ mod tests {
     }
 
     fn run_args(argv: &[&str]) -> (GlobalArgs, RunArgs) {
-        let cli = Cli::try_parse_from(argv).expect("parses");
+        let cli = Cli::try_parse_checked(argv).expect("parses");
+        let options = cli.options().expect("options");
         match cli.command {
-            Some(Command::Run(parsed)) => (cli.global, parsed),
+            Some(Command::Run(parsed)) => (options, parsed),
             other => panic!("not run: {other:?}"),
         }
     }

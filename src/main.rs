@@ -4,10 +4,8 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
-
 fn main() -> ExitCode {
-    let cli = gpuwatch::cli::Cli::parse();
+    let cli = gpuwatch::cli::Cli::parse_checked();
     match gpuwatch::app::run(cli) {
         Ok(code) => ExitCode::from(code),
         Err(failure) => {

@@ -452,6 +452,196 @@ fn colour_follows_flag_env_and_config() {
 }
 
 #[test]
+fn print_config_defaults_prints_the_documented_file() {
+    let o = run(&["print-config", "--defaults"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let shipped =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("config/default.toml"))
+            .expect("config/default.toml");
+    // Byte for byte, comments and the commented-out optional keys included.
+    assert_eq!(stdout(&o), shipped);
+    for comment in [
+        "# gpuwatch configuration: every setting, at its default.",
+        "# library = \"/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1\"",
+    ] {
+        assert!(stdout(&o).contains(comment), "{comment}");
+    }
+    // Read back as a config file, it is the defaults: the same effective configuration as
+    // no file at all.
+    let dir = tempfile::tempdir().expect("tmp");
+    let cfg = dir.path().join("defaults.toml");
+    std::fs::write(&cfg, &o.stdout).expect("write");
+    let with_file = run(&["--config", cfg.to_str().expect("utf-8"), "print-config"]);
+    assert!(with_file.status.success(), "{}", stderr(&with_file));
+    assert_eq!(stdout(&with_file), stdout(&run(&["print-config"])));
+    // A broken config file does not stop it; options it would ignore are refused.
+    std::fs::write(&cfg, "[sampling]\nintervall = 1\n").expect("write");
+    let broken = std::process::Command::new(gpuwatch_bin())
+        .args(["print-config", "--defaults"])
+        .env("XDG_CONFIG_HOME", dir.path())
+        .output()
+        .expect("runs");
+    assert_eq!(stdout(&broken), shipped, "{}", stderr(&broken));
+    for args in [
+        &["print-config", "--defaults", "--interval", "2s"][..],
+        &["--interval", "2s", "print-config", "--defaults"],
+        &["print-config", "--defaults", "--config", "x.toml"],
+        &["print-config", "--defaults", "--nvml-library", "/x.so"],
+    ] {
+        fails_with(&run(args), 2, "--defaults prints the shipped defaults");
+    }
+    // The library from the environment is no option given.
+    let from_env = std::process::Command::new(gpuwatch_bin())
+        .args(["print-config", "--defaults"])
+        .env("GPUWATCH_NVML_LIB", "/x.so")
+        .output()
+        .expect("runs");
+    assert_eq!(stdout(&from_env), shipped, "{}", stderr(&from_env));
+}
+
+/// `gpuwatch SUBCOMMAND --help`.
+fn help(sub: &[&str]) -> String {
+    let mut args = sub.to_vec();
+    args.push("--help");
+    let o = run(&args);
+    assert!(o.status.success(), "{sub:?}: {}", stderr(&o));
+    stdout(&o)
+}
+
+#[test]
+fn each_subcommand_lists_only_its_options_under_headings() {
+    const SOURCE: &[&str] = &["--demo", "--scenario", "--replay", "--speed"];
+    // Commands that read GPUs: the source and sampling options, under their headings.
+    for sub in ["snapshot", "pick", "record", "run", "daemon", "tui"] {
+        let text = help(&[sub]);
+        for heading in ["\nSource:\n", "\nSampling:\n", "\nOutput:\n"] {
+            assert!(text.contains(heading), "{sub} {heading:?}:\n{text}");
+        }
+        for flag in SOURCE
+            .iter()
+            .chain(&["--nvml-library", "--interval", "--log-file"])
+        {
+            assert!(text.contains(flag), "{sub} {flag}:\n{text}");
+        }
+        // The Source heading holds the source options, not the command's own.
+        let source = &text[text.find("\nSource:\n").expect("Source")..];
+        let source = &source[..source.find("\nSampling:\n").expect("Sampling")];
+        assert!(
+            source.contains("--demo") && !source.contains("--interval"),
+            "{sub}"
+        );
+        // --config is among the command's own options, under no heading of a group.
+        let options = &text[text.find("\nOptions:\n").expect("Options")..];
+        let end = ["\nSource:\n", "\nDaemon:\n"]
+            .iter()
+            .filter_map(|h| options.find(h))
+            .min()
+            .expect("a heading");
+        assert!(options[..end].contains("--config <PATH>"), "{sub}:\n{text}");
+    }
+    // The job's command is an argument, under no option heading.
+    assert!(help(&["run"]).contains("Arguments:\n  <CMD>..."));
+    assert!(help(&["daemon"]).contains("\nDaemon:\n      --listen <ADDR>"));
+    let tui = help(&["tui"]);
+    assert!(tui.contains("--read-only") && tui.contains("--connect <URL>"));
+    // Options a command does not use are not offered.
+    for sub in [&["explain"][..], &["history", "who"], &["history", "peaks"]] {
+        let text = help(sub);
+        for flag in SOURCE.iter().chain(&[
+            "--interval",
+            "--nvml-library",
+            "--read-only",
+            "--watch",
+            "Source:",
+        ]) {
+            assert!(!text.contains(flag), "{sub:?} offers {flag}:\n{text}");
+        }
+    }
+    let print_config = help(&["print-config"]);
+    for flag in SOURCE.iter().chain(&["--read-only", "--log-file"]) {
+        assert!(!print_config.contains(flag), "print-config offers {flag}");
+    }
+    for flag in [
+        "--defaults",
+        "--interval",
+        "--color",
+        "--watch",
+        "--nvml-library",
+    ] {
+        assert!(print_config.contains(flag), "print-config: {flag}");
+    }
+    for flag in ["--read-only", "--color", "--watch"] {
+        assert!(!help(&["pick"]).contains(flag), "pick offers {flag}");
+    }
+}
+
+#[test]
+fn options_before_or_after_the_subcommand_and_misplaced_ones() {
+    // Before the subcommand (the README's way) or after it: the same.
+    for args in [
+        &["--demo", "snapshot", "--json", "--gpu", "3"][..],
+        &["snapshot", "--demo", "--json", "--gpu", "3"],
+        &["snapshot", "--json", "--gpu", "3", "--demo"],
+    ] {
+        let v = ok_json(&run(args));
+        assert_eq!(v["source"]["kind"], "demo", "{args:?}");
+        assert_eq!(v["gpus"].as_array().map(Vec::len), Some(1), "{args:?}");
+    }
+    let interval = |args: &[&str]| {
+        let text = stdout(&run(args));
+        let parsed: toml::Table = toml::from_str(&text).expect("TOML");
+        parsed["sampling"]["interval"].as_str().map(str::to_owned)
+    };
+    assert_eq!(
+        interval(&["--interval", "500ms", "print-config"]).as_deref(),
+        Some("500ms")
+    );
+    assert_eq!(
+        interval(&["print-config", "--interval", "700ms"]).as_deref(),
+        Some("700ms")
+    );
+    // After the subcommand, the command's own value wins.
+    assert_eq!(
+        interval(&["--interval", "500ms", "print-config", "--interval", "700ms"]).as_deref(),
+        Some("700ms")
+    );
+    // A source option for a command that reads no GPUs is an error, before it or after it.
+    let o = run(&["--demo", "explain", "/dev/null"]);
+    fails_with(&o, 2, "--demo does not apply to 'gpuwatch explain'");
+    let o = run(&["--replay", "x.jsonl", "history", "who", "--gpu", "0"]);
+    fails_with(&o, 2, "--replay does not apply to 'gpuwatch history who'");
+    fails_with(
+        &run(&["--demo", "print-config"]),
+        2,
+        "--demo does not apply",
+    );
+    fails_with(
+        &run(&["--read-only", "snapshot"]),
+        2,
+        "--read-only does not apply",
+    );
+    fails_with(
+        &run(&["explain", "--demo"]),
+        2,
+        "unexpected argument '--demo'",
+    );
+    // Two sources, one in each place.
+    let o = run(&["--demo", "snapshot", "--replay", "x.jsonl"]);
+    fails_with(
+        &o,
+        2,
+        "--demo and --replay each choose where the GPUs come from",
+    );
+    // An option from the environment is no misplaced option.
+    let o = std::process::Command::new(gpuwatch_bin())
+        .args(["explain", "/dev/null"])
+        .env("GPUWATCH_NVML_LIB", "/nonexistent/libnvidia-ml.so.1")
+        .output()
+        .expect("runs");
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
+#[test]
 fn completions_and_man_page_come_from_the_cli() {
     let o = run(&["completions", "bash"]);
     assert!(o.status.success());
@@ -465,14 +655,212 @@ fn completions_and_man_page_come_from_the_cli() {
     assert_eq!(o.status.code(), Some(2), "unknown shells are a usage error");
 }
 
+/// A man page's text with roff's escaped hyphens and apostrophes plain, and its sections by
+/// `.SH` title.
+fn man_sections(roff: &str) -> Vec<(String, String)> {
+    let text = roff.replace("\\-", "-").replace("\\*(Aq", "'");
+    let mut out: Vec<(String, String)> = Vec::new();
+    for line in text.lines() {
+        if let Some(title) = line.strip_prefix(".SH ") {
+            out.push((title.trim_matches('"').to_owned(), String::new()));
+        } else if let Some((_, body)) = out.last_mut() {
+            body.push_str(line);
+            body.push('\n');
+        }
+    }
+    out
+}
+
+fn section<'a>(sections: &'a [(String, String)], title: &str) -> &'a str {
+    sections
+        .iter()
+        .find(|(t, _)| t == title)
+        .map_or_else(|| panic!("no {title} section"), |(_, b)| b.as_str())
+}
+
+/// `gpuwatch man --dir`: the directory and the names of the pages in it.
+fn man_dir() -> (tempfile::TempDir, std::path::PathBuf, Vec<String>) {
+    let dir = tempfile::tempdir().expect("tmp");
+    let out = dir.path().join("man1");
+    let o = run(&["man", "--dir", out.to_str().expect("utf-8")]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let mut names: Vec<String> = std::fs::read_dir(&out)
+        .expect("dir")
+        .map(|e| e.expect("entry").file_name().into_string().expect("name"))
+        .collect();
+    names.sort();
+    (dir, out, names)
+}
+
+/// The environment variables the source reads by a literal name.
+fn variables_read_by_src() -> std::collections::BTreeSet<String> {
+    let read = regex::Regex::new(
+        r#"(?:var_os|env::var|try_from_env|non_empty)\("([A-Z_]+)"\)|env = "([A-Z_]+)""#,
+    )
+    .expect("regex");
+    let mut seen = std::collections::BTreeSet::new();
+    let mut stack = vec![Path::new(env!("CARGO_MANIFEST_DIR")).join("src")];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).expect("src") {
+            let p = e.expect("entry").path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                let code = std::fs::read_to_string(&p).expect("source");
+                for m in read.captures_iter(&code) {
+                    let var = m.get(1).or_else(|| m.get(2)).expect("name").as_str();
+                    seen.insert(var.to_owned());
+                }
+            }
+        }
+    }
+    seen
+}
+
+#[test]
+fn man_pages_for_every_command_render_and_name_only_emitted_pages() {
+    let (_dir, out, names) = man_dir();
+    let mut expected: Vec<String> = [
+        "",
+        "-tui",
+        "-daemon",
+        "-snapshot",
+        "-pick",
+        "-record",
+        "-run",
+        "-explain",
+        "-history",
+        "-history-who",
+        "-history-peaks",
+        "-print-config",
+        "-completions",
+        "-man",
+    ]
+    .iter()
+    .map(|s| format!("gpuwatch{s}.1"))
+    .collect();
+    expected.sort();
+    assert_eq!(names, expected);
+    // `gpuwatch man` prints gpuwatch(1).
+    let main = std::fs::read_to_string(out.join("gpuwatch.1")).expect("gpuwatch.1");
+    assert_eq!(stdout(&run(&["man"])), main);
+
+    let reference = regex::Regex::new(r"\b(gpuwatch(?:-[a-z]+)*)\((\d)\)").expect("regex");
+    let groff = std::process::Command::new("groff")
+        .arg("--version")
+        .output()
+        .is_ok();
+    for name in &names {
+        let text = std::fs::read_to_string(out.join(name)).expect("page");
+        assert_eq!(text.matches("\n.TH ").count(), 1, "{name}: one title");
+        let sections = man_sections(&text);
+        for title in ["NAME", "SYNOPSIS", "DESCRIPTION", "EXIT STATUS", "SEE ALSO"] {
+            assert!(
+                !section(&sections, title).trim().is_empty(),
+                "{name}: {title}"
+            );
+        }
+        // Every page it names is one of those written.
+        for m in reference.captures_iter(&text.replace("\\-", "-")) {
+            let file = format!("{}.{}", &m[1], &m[2]);
+            assert!(
+                names.contains(&file),
+                "{name} refers to {file}, never emitted"
+            );
+        }
+        assert!(!text.contains("gpuwatch\\-help"), "{name}");
+        if groff {
+            // It renders, without a warning.
+            let r = std::process::Command::new("groff")
+                .args(["-k", "-man", "-Tutf8", "-ww", "-z"])
+                .arg(out.join(name))
+                .output()
+                .expect("groff");
+            assert!(
+                r.status.success() && r.stderr.is_empty(),
+                "{name}: {}",
+                stderr(&r)
+            );
+        }
+    }
+    let run_page = man_sections(&std::fs::read_to_string(out.join("gpuwatch-run.1")).expect("run"));
+    assert!(section(&run_page, "EXIT STATUS").contains("128 + N when signal N killed it"));
+}
+
+#[test]
+fn man_page_documents_keys_findings_files_environment_exit_status() {
+    let (_dir, out, _) = man_dir();
+    let main = std::fs::read_to_string(out.join("gpuwatch.1")).expect("gpuwatch.1");
+    let sections = man_sections(&main);
+    // KEYS: every binding of the key table, in gpuwatch(1) and gpuwatch-tui(1).
+    let tui = std::fs::read_to_string(out.join("gpuwatch-tui.1")).expect("tui");
+    for page in [&sections, &man_sections(&tui)] {
+        let keys = section(page, "KEYS");
+        for b in gpuwatch::tui::keymap::BINDINGS {
+            assert!(
+                keys.contains(&format!("\\fB{}\\fR\n{}\n", b.label, b.help)),
+                "KEYS lacks {} {}:\n{keys}",
+                b.label,
+                b.help
+            );
+        }
+    }
+    // FINDINGS: every rule of the detector, with what it means.
+    let findings = section(&sections, "FINDINGS");
+    for rule in gpuwatch::detect::RuleKind::ALL {
+        assert!(
+            findings.contains(&format!("\\fB{}\\fR", rule.name())),
+            "{rule}"
+        );
+        let start: String = rule.summary().chars().take(30).collect();
+        assert!(findings.contains(&start), "{rule}: {start}");
+    }
+    let files = section(&sections, "FILES");
+    for path in ["gpuwatch/config.toml", "gpuwatch/history.sqlite", ".lock"] {
+        assert!(files.contains(path), "FILES: {path}");
+    }
+    // ENVIRONMENT: every variable the source reads by name.
+    let environment = section(&sections, "ENVIRONMENT");
+    let seen = variables_read_by_src();
+    for var in [
+        "GPUWATCH_NVML_LIB",
+        "GPUWATCH_LOG",
+        "NO_COLOR",
+        "XDG_STATE_HOME",
+        "HOME",
+    ] {
+        assert!(seen.contains(var), "the scan finds {var}: {seen:?}");
+    }
+    // The variables each entry is about: its bold term, "A, B".
+    let documented: Vec<&str> = regex::Regex::new(r"\\fB([A-Z_, ]+)\\fR")
+        .expect("regex")
+        .captures_iter(environment)
+        .flat_map(|m| m.get(1).expect("term").as_str().split(", "))
+        .collect();
+    for var in seen
+        .iter()
+        .map(String::as_str)
+        .chain(["CUDA_VISIBLE_DEVICES", "USER"])
+    {
+        assert!(
+            documented.contains(&var),
+            "ENVIRONMENT lacks {var}: {documented:?}"
+        );
+    }
+    let exit = section(&sections, "EXIT STATUS");
+    for code in ["0", "1", "2"] {
+        assert!(
+            exit.contains(&format!("\\fB{code}\\fR")),
+            "EXIT STATUS {code}"
+        );
+    }
+}
+
 #[test]
 fn a_closed_pipe_ends_quietly() {
     use std::io::Read;
     // `gpuwatch snapshot | head -0`: the reader is gone before anything is written.
-    for args in [
-        &["--demo", "completions", "bash"][..],
-        &["--demo", "snapshot"],
-    ] {
+    for args in [&["completions", "bash"][..], &["--demo", "snapshot"]] {
         let mut child = std::process::Command::new(gpuwatch_bin())
             .args(args)
             .env("XDG_CONFIG_HOME", "/nonexistent-gpuwatch-test")

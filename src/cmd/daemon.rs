@@ -11,13 +11,7 @@ pub(crate) fn daemon(g: &GlobalArgs, config: &Config, args: &DaemonArgs) -> Resu
     let watch = watch_set(config, &sampler.info());
     // A simulated source (--demo, --scenario, --replay) records no history unless asked
     // with --history PATH: its jobs must not enter the real history.
-    let simulated = [
-        (g.demo, "--demo"),
-        (g.scenario.is_some(), "--scenario"),
-        (g.replay.is_some(), "--replay"),
-    ]
-    .into_iter()
-    .find_map(|(on, flag)| on.then_some(flag));
+    let simulated = g.simulated();
     let history = match (&args.history, simulated) {
         _ if args.no_history => None,
         (Some(path), _) => Some(path.clone()),

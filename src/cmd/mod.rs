@@ -5,6 +5,7 @@
 pub(crate) mod daemon;
 pub(crate) mod explain;
 pub(crate) mod history;
+pub(crate) mod man;
 pub(crate) mod pick;
 pub(crate) mod record;
 pub(crate) mod snapshot;

@@ -12,10 +12,19 @@ use crate::config::{ColorChoice, Config};
 use crate::detect::MemLevels;
 use crate::model::ProcSample;
 use crate::output::table;
+use crate::tui::scope::{GpuChoice, ViewScope};
 use crate::watch::WatchSet;
 
 /// The dashboard on a terminal; elsewhere (a pipe, a file) the snapshot table on every frame.
 pub(crate) fn tui(g: &GlobalArgs, config: &Config, args: &crate::cli::TuiArgs) -> Result<u8> {
+    let remote = args.connect.as_deref().map(|_| "--connect");
+    let remote = remote.or(args.prometheus.as_deref().map(|_| "--prometheus"));
+    if let (Some(flag), Some(local)) = (remote, g.simulated()) {
+        return Err(Failure::setup(format!(
+            "{flag} shows GPUs from elsewhere: {local} does not apply to it"
+        )));
+    }
+    let scope = scope(args)?;
     let token = args
         .token_file
         .as_deref()
@@ -23,7 +32,7 @@ pub(crate) fn tui(g: &GlobalArgs, config: &Config, args: &crate::cli::TuiArgs) -
         .transpose()
         .map_err(Failure::setup)?;
     if let Some(url) = &args.connect {
-        return connect_dashboard(config, url, token);
+        return connect_dashboard(config, url, token, &scope);
     }
     if let Some(prometheus) = &args.prometheus {
         return cluster_overview(config, prometheus, token);
@@ -33,18 +42,80 @@ pub(crate) fn tui(g: &GlobalArgs, config: &Config, args: &crate::cli::TuiArgs) -
             "tui --at SECONDS is a moment of a recording: it needs --replay FILE",
         ));
     }
-    dashboard(g, config, args.at)
+    dashboard(g, config, scope, args.at)
+}
+
+/// The longest `CUDA_VISIBLE_DEVICES` read (a few hundred bytes name 64 MIG devices).
+const CUDA_VISIBLE_MAX: usize = 64 << 10;
+
+/// `--gpu`, `--only-visible`, `--user`: what the dashboard shows.
+fn scope(args: &crate::cli::TuiArgs) -> Result<ViewScope> {
+    let scoped = !args.gpu.is_empty() || args.only_visible || args.user.is_some();
+    if scoped && args.prometheus.is_some() {
+        return Err(Failure::setup(
+            "--gpu, --only-visible and --user limit the dashboard of one host, not the cluster \
+             overview (--prometheus); its Enter opens a host's dashboard",
+        ));
+    }
+    if args.only_visible && args.connect.is_some() {
+        return Err(Failure::setup(
+            "--only-visible reads this shell's CUDA_VISIBLE_DEVICES, which names this host's \
+             GPUs, not those of the daemon --connect shows: use --gpu",
+        ));
+    }
+    let gpus = if args.only_visible {
+        let visible = std::env::var_os("CUDA_VISIBLE_DEVICES").ok_or_else(|| {
+            Failure::setup(
+                "--only-visible shows the GPUs CUDA_VISIBLE_DEVICES names, and it is not set \
+                 (a CUDA program started here sees every GPU: leave --only-visible out)",
+            )
+        })?;
+        let visible = visible
+            .into_string()
+            .ok()
+            .filter(|v| v.len() <= CUDA_VISIBLE_MAX)
+            .ok_or_else(|| {
+                Failure::setup(
+                    "CUDA_VISIBLE_DEVICES is not a list of GPUs (expected indices or UUIDs, \
+                     comma-separated, in UTF-8 and at most 64 KiB)",
+                )
+            })?;
+        let order = std::env::var_os("CUDA_DEVICE_ORDER").map(|o| o.to_string_lossy().into_owned());
+        GpuChoice::CudaVisible { visible, order }
+    } else if args.gpu.is_empty() {
+        GpuChoice::All
+    } else {
+        GpuChoice::Named(args.gpu.clone())
+    };
+    Ok(ViewScope::new(gpus, args.user.clone()))
+}
+
+/// A scope needs the dashboard: the plain table of a pipe shows every GPU and process.
+fn no_scope_off_terminal(scope: &ViewScope) -> Result<()> {
+    match scope.label() {
+        None => Ok(()),
+        Some(label) => Err(Failure::setup(format!(
+            "the output is not a terminal, so there is no dashboard to limit to {label}: \
+             gpuwatch snapshot --gpu prints chosen GPUs for a script"
+        ))),
+    }
 }
 
 /// `tui --connect URL`: a remote daemon's GPUs in the full dashboard (or, when the output is
 /// not a terminal, its snapshot table once).
-fn connect_dashboard(config: &Config, url: &str, token: Option<String>) -> Result<u8> {
+fn connect_dashboard(
+    config: &Config,
+    url: &str,
+    token: Option<String>,
+    scope: &ViewScope,
+) -> Result<u8> {
     let remote = crate::remote::connect(url, token).map_err(Failure::setup)?;
     let watch = WatchSet::new(
         config.watch.specs.clone(),
         crate::source::procinfo::current_user(),
     );
     if !(std::io::stdout().is_terminal() && std::io::stdin().is_terminal()) {
+        no_scope_off_terminal(scope)?;
         return remote_table(config, &remote, &watch);
     }
     let options = crate::tui::TuiOptions {
@@ -54,6 +125,7 @@ fn connect_dashboard(config: &Config, url: &str, token: Option<String>) -> Resul
         rules: config.detect.clone(),
         alerts: config.alerts.clone(),
         mem_levels: MemLevels::from(&config.detect),
+        scope: scope.clone(),
     };
     let no_call = || None;
     let no_focus = |_| {};
@@ -134,7 +206,7 @@ fn cluster_overview(config: &Config, prometheus: &str, token: Option<String>) ->
             ClusterExit::Quit => return Ok(0),
             ClusterExit::DrillDown(url) => {
                 // The host's full dashboard; quitting it comes back to the overview.
-                connect_dashboard(config, &url, options.token.clone())?;
+                connect_dashboard(config, &url, options.token.clone(), &ViewScope::default())?;
                 options.message = Some(format!("back from {url}"));
             }
         }
@@ -142,8 +214,14 @@ fn cluster_overview(config: &Config, prometheus: &str, token: Option<String>) ->
 }
 
 /// The dashboard; `start_at`: where a replay starts (`tui --at`), its past primed.
-pub(crate) fn dashboard(g: &GlobalArgs, config: &Config, start_at: Option<f64>) -> Result<u8> {
+pub(crate) fn dashboard(
+    g: &GlobalArgs,
+    config: &Config,
+    scope: ViewScope,
+    start_at: Option<f64>,
+) -> Result<u8> {
     if !(std::io::stdout().is_terminal() && std::io::stdin().is_terminal()) {
+        no_scope_off_terminal(&scope)?;
         return live_table(g, config, start_at);
     }
     raise_open_files_limit();
@@ -158,6 +236,7 @@ pub(crate) fn dashboard(g: &GlobalArgs, config: &Config, start_at: Option<f64>) 
         rules: config.detect.clone(),
         alerts: config.alerts.clone(),
         mem_levels: MemLevels::from(&config.detect),
+        scope,
     };
     crate::tui::run(&sampler, watch, &options)
         .map_err(|e| Failure::runtime(format!("the dashboard failed: {e}")))?;

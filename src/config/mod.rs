@@ -1180,6 +1180,11 @@ pub fn load(
     resolve(read(&locate(explicit, env))?, overrides)
 }
 
+/// The documented default configuration file (`config/default.toml`), comments and all:
+/// what `gpuwatch print-config --defaults` prints. A test keeps it equal to
+/// [`Config::default`].
+pub const DEFAULT_TOML: &str = include_str!("../../config/default.toml");
+
 /// The real process environment, for [`load`] and [`locate`].
 pub fn process_env(key: &str) -> Option<OsString> {
     std::env::var_os(key)

@@ -5,8 +5,6 @@ use std::time::Duration;
 
 use super::*;
 
-const DEFAULT_TOML: &str = include_str!("../../config/default.toml");
-
 fn parse(text: &str) -> Result<ConfigFile, ConfigError> {
     ConfigFile::parse(text, Path::new("/x/config.toml"))
 }

@@ -15,6 +15,55 @@ pub enum RuleKind {
 }
 
 impl RuleKind {
+    /// Every rule, in the order the documentation lists them.
+    pub const ALL: [RuleKind; 6] = [
+        RuleKind::NearCapacity,
+        RuleKind::FillingUp,
+        RuleKind::LeakSuspected,
+        RuleKind::ExternalPressure,
+        RuleKind::IdleHolder,
+        RuleKind::SourceHealth,
+    ];
+
+    /// When the rule fires and what it means, for the man page (thresholds are `[detect]`
+    /// keys of the configuration; docs/DETECTION.md has the details).
+    pub fn summary(self) -> &'static str {
+        match self {
+            RuleKind::NearCapacity => {
+                "A GPU's used memory has been at least near-capacity-warn % of its total \
+                 (critical from near-capacity-critical %), or less than near-capacity-headroom \
+                 has been free, for near-capacity-min-duration. The next allocation on it may \
+                 fail with out of memory."
+            }
+            RuleKind::FillingUp => {
+                "The GPU's used memory ramps, driven by a process (or by memory no process \
+                 accounts for) whose own memory ramps, and at that rate it would be full within \
+                 filling-horizon. The finding gives the time to full and the processes driving \
+                 it: a job will run out of memory unless it stops growing."
+            }
+            RuleKind::LeakSuspected => {
+                "After its first leak-warmup, a process's memory has grown steadily for \
+                 leak-sustain at leak-min-rate MiB/min or faster, without steps: it probably \
+                 keeps tensors or caches without bound."
+            }
+            RuleKind::ExternalPressure => {
+                "Memory held outside the watched processes (\"mine\", --watch) rose by \
+                 external-rise within external-window, or leaves less free memory than the \
+                 watched processes' growth needs over external-horizon. It names the holders \
+                 in the way: someone else's job is squeezing yours."
+            }
+            RuleKind::IdleHolder => {
+                "A process has held at least idle-min with 0 % SM utilisation for \
+                 idle-duration: memory others could use (a finished notebook, a stuck job)."
+            }
+            RuleKind::SourceHealth => {
+                "The driver cannot be read as it should: NVML calls fail, a GPU is lost (fell \
+                 off the bus or is being reset) or samples are stale. What is on screen is \
+                 incomplete; the message names the call."
+            }
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             RuleKind::NearCapacity => "near-capacity",
@@ -127,6 +176,28 @@ impl FindingEvent {
             FindingEvent::Opened(_) => "opened",
             FindingEvent::Updated(_) => "updated",
             FindingEvent::Resolved(_) => "resolved",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RuleKind;
+
+    #[test]
+    fn all_lists_every_rule_once() {
+        // A new rule fails to compile here: add it to `RuleKind::ALL` (the man page's list).
+        let position = |k: RuleKind| match k {
+            RuleKind::NearCapacity => 0,
+            RuleKind::FillingUp => 1,
+            RuleKind::LeakSuspected => 2,
+            RuleKind::ExternalPressure => 3,
+            RuleKind::IdleHolder => 4,
+            RuleKind::SourceHealth => 5,
+        };
+        for (i, k) in RuleKind::ALL.iter().enumerate() {
+            assert_eq!(position(*k), i, "{k}");
+            assert!(!k.summary().is_empty());
         }
     }
 }

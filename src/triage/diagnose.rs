@@ -212,20 +212,41 @@ fn norm_bus(id: &str) -> String {
 
 /// Maps a CUDA ordinal (as printed by the framework) to the NVML index of that GPU.
 ///
-/// * `order`: `PCI_BUS_ID` enumerates by PCI bus id; otherwise CUDA's default `FASTEST_FIRST`,
-///   which on a machine where all GPUs are the same model matches NVML's order (assumed); with
-///   mixed models the order is uncertain and this returns `None`.
-/// * `visible` (`CUDA_VISIBLE_DEVICES`): `None` = all GPUs; `""` = no GPU (`None`); a list of
-///   integers (positions in the order above), UUIDs with or without `GPU-` (unique prefixes are
-///   accepted, as CUDA does). The first invalid, ambiguous or repeated entry ends the list, as
-///   CUDA does. `MIG-` entries name a MIG instance, which has no NVML device index of its own:
-///   such an ordinal maps to `None`.
+/// * `order`: `CUDA_DEVICE_ORDER`, as [`cuda_order`] reads it; with mixed models and CUDA's
+///   default order, this returns `None`.
+/// * `visible` (`CUDA_VISIBLE_DEVICES`): `None` = all GPUs; otherwise as [`cuda_visible`]
+///   reads it (`""` = no GPU). A `MIG-` entry names a MIG instance, which has no NVML device
+///   index of its own: such an ordinal maps to `None`.
 pub fn map_ordinal(
     ordinal: u32,
     visible: Option<&str>,
     order: Option<&str>,
     gpus: &[GpuView],
 ) -> Option<u32> {
+    let ordered = cuda_order(order, gpus)?;
+    let Some(visible) = visible else {
+        return ordered.get(ordinal as usize).map(|g| g.index);
+    };
+    match cuda_visible(visible, Some(&ordered), gpus).get(ordinal as usize) {
+        Some(CudaDevice::Gpu(index)) => Some(*index),
+        _ => None,
+    }
+}
+
+/// One device that `CUDA_VISIBLE_DEVICES` names, in the order CUDA numbers them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CudaDevice<'v> {
+    /// A GPU, by NVML index.
+    Gpu(u32),
+    /// A MIG instance, as the entry wrote it (it has no NVML index of its own).
+    Mig(&'v str),
+}
+
+/// The GPUs in CUDA's numbering. `order` (`CUDA_DEVICE_ORDER`): `PCI_BUS_ID` enumerates by
+/// PCI bus id; otherwise CUDA's default `FASTEST_FIRST`, which on a machine where all GPUs are
+/// the same model matches NVML's order (assumed). `None` when that is not knowable from here:
+/// mixed models in the default order, or a GPU without a bus id.
+pub fn cuda_order<'g>(order: Option<&str>, gpus: &'g [GpuView]) -> Option<Vec<&'g GpuView>> {
     let mut ordered: Vec<&GpuView> = gpus.iter().collect();
     if order.is_some_and(|o| o.trim().eq_ignore_ascii_case("PCI_BUS_ID")) {
         if ordered.iter().any(|g| g.pci_bus_id.is_none()) {
@@ -240,29 +261,39 @@ pub fn map_ordinal(
             return None; // FASTEST_FIRST over mixed models: not knowable from here
         }
     }
-    let Some(visible) = visible else {
-        return ordered.get(ordinal as usize).map(|g| g.index);
-    };
-    let mut list: Vec<Option<u32>> = Vec::new(); // None = a MIG instance
+    Some(ordered)
+}
+
+/// The devices `visible` (`CUDA_VISIBLE_DEVICES`) names, as CUDA reads it: integers are
+/// positions in `ordered` ([`cuda_order`]; `None`: not knowable, so an integer is as invalid),
+/// UUIDs are matched among `gpus` with or without `GPU-` (unique prefixes are accepted, as
+/// CUDA does), `MIG-` entries name MIG instances. `""` names no GPU. The first empty, invalid,
+/// ambiguous or repeated entry ends the list, as CUDA does.
+pub fn cuda_visible<'v>(
+    visible: &'v str,
+    ordered: Option<&[&GpuView]>,
+    gpus: &[GpuView],
+) -> Vec<CudaDevice<'v>> {
+    let mut list: Vec<CudaDevice<'v>> = Vec::new();
     for entry in visible.split(',') {
         let entry = entry.trim();
         if entry.is_empty() {
             break;
         }
         let found = if entry.bytes().all(|b| b.is_ascii_digit()) {
-            match entry.parse::<usize>().ok().and_then(|i| ordered.get(i)) {
-                Some(g) => Some(g.index),
+            match entry.parse::<usize>().ok().and_then(|i| ordered?.get(i)) {
+                Some(g) => g.index,
                 None => break,
             }
         } else if entry.starts_with("MIG-") {
-            list.push(None);
+            list.push(CudaDevice::Mig(entry));
             continue;
         } else {
             let want = entry
                 .strip_prefix("GPU-")
                 .unwrap_or(entry)
                 .to_ascii_lowercase();
-            let matches: Vec<&&GpuView> = ordered
+            let matches: Vec<&GpuView> = gpus
                 .iter()
                 .filter(|g| {
                     g.uuid
@@ -273,16 +304,16 @@ pub fn map_ordinal(
                 })
                 .collect();
             match matches.as_slice() {
-                [g] => Some(g.index),
+                [g] => g.index,
                 _ => break,
             }
         };
-        if list.contains(&found) {
+        if list.contains(&CudaDevice::Gpu(found)) {
             break;
         }
-        list.push(found);
+        list.push(CudaDevice::Gpu(found));
     }
-    list.get(ordinal as usize).copied().flatten()
+    list
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -34,8 +34,8 @@ mod size;
 use serde::Serialize;
 
 pub use diagnose::{
-    Case, Context, Diagnosis, Fix, GpuView, ProcView, batch_size_from_args, diagnose, diagnose_job,
-    map_ordinal, render_text,
+    Case, Context, CudaDevice, Diagnosis, Fix, GpuView, ProcView, batch_size_from_args, cuda_order,
+    cuda_visible, diagnose, diagnose_job, map_ordinal, render_text,
 };
 pub use size::{fmt_size, parse_size};
 

@@ -26,6 +26,43 @@ pub enum Scope {
     Help,
 }
 
+impl Scope {
+    /// Where the keys of this scope work, as help texts title them.
+    pub fn title(self) -> &'static str {
+        match self {
+            Scope::Global => "everywhere",
+            Scope::Table => "process table",
+            Scope::Tree => "tree view",
+            Scope::Findings => "findings panel and view",
+            Scope::Detail => "process detail",
+            Scope::Chart => "memory chart",
+            Scope::Dialog => "kill confirmation",
+            Scope::Help => "this help",
+        }
+    }
+
+    /// Every scope, in the order the help lists them.
+    pub const ALL: [Scope; 8] = [
+        Scope::Global,
+        Scope::Table,
+        Scope::Tree,
+        Scope::Findings,
+        Scope::Detail,
+        Scope::Chart,
+        Scope::Dialog,
+        Scope::Help,
+    ];
+}
+
+/// The keys that edit the process filter while it is typed (`/`), as help texts show them;
+/// [`lookup`] maps them.
+pub const FILTER_KEYS: &[(&str, &str)] = &[
+    ("Enter", "keep the filter"),
+    ("Esc", "drop the filter"),
+    ("Backspace", "delete the last character"),
+    ("Ctrl-U", "clear the text"),
+];
+
 /// One binding: the keys, what they do, and the help text.
 pub struct Binding {
     pub keys: &'static [KeyCode],
@@ -466,14 +503,11 @@ pub enum HelpLine {
 /// The help overlay's lines, from the key table: each scope's title, then its bindings.
 pub fn help_lines() -> Vec<HelpLine> {
     let mut out = Vec::with_capacity(BINDINGS.len() + 8);
-    for (scope, title) in [
-        (Scope::Global, "everywhere"),
-        (Scope::Table, "process table"),
-        (Scope::Tree, "tree view"),
-        (Scope::Chart, "memory chart"),
-        (Scope::Dialog, "kill confirmation"),
-        (Scope::Help, "this help"),
-    ] {
+    for scope in Scope::ALL {
+        if !BINDINGS.iter().any(|b| b.scope == scope) {
+            continue;
+        }
+        let title = scope.title();
         out.push(HelpLine::Title(title));
         out.extend(
             BINDINGS
@@ -521,6 +555,31 @@ mod tests {
                     assert!(seen.insert((*k, b.ctrl)), "{k:?} bound twice in {mode:?}");
                 }
             }
+        }
+    }
+
+    #[test]
+    fn the_filter_keys_help_shows_are_the_ones_lookup_maps() {
+        for (label, _) in FILTER_KEYS {
+            let event = match *label {
+                "Enter" => key(KeyCode::Enter),
+                "Esc" => key(KeyCode::Esc),
+                "Backspace" => key(KeyCode::Backspace),
+                "Ctrl-U" => KeyEvent::new(KeyCode::Char('u'), KeyModifiers::CONTROL),
+                other => panic!("unknown label {other}"),
+            };
+            assert!(
+                matches!(
+                    lookup(event, Mode::Filter),
+                    Some(
+                        Command::FilterAccept
+                            | Command::FilterCancel
+                            | Command::FilterBackspace
+                            | Command::FilterErase
+                    )
+                ),
+                "{label}"
+            );
         }
     }
 

@@ -6,6 +6,7 @@
 
 pub mod keymap;
 pub mod layout;
+pub mod scope;
 pub mod shown;
 pub mod state;
 pub mod terminal;
@@ -42,6 +43,9 @@ pub struct TuiOptions {
     pub alerts: crate::alert::AlertOptions,
     /// Where memory turns yellow and red (the `[detect]` near-capacity lines).
     pub mem_levels: crate::detect::MemLevels,
+    /// What the screen is limited to (`tui --gpu`, `--only-visible`, `--user`); the alert
+    /// sinks still get every finding.
+    pub scope: scope::ViewScope,
 }
 
 /// Maps a terminal event to a command.
@@ -368,7 +372,9 @@ fn new_state(
     if let (past, Some(source)) = past {
         analyzer.prime(past, &source);
     }
-    UiState::new(analyzer, options.read_only)
+    let mut state = UiState::new(analyzer, options.read_only);
+    state.scope = options.scope.clone();
+    state
 }
 
 /// The input thread: terminal events, read blocking, into a bounded channel.

@@ -117,7 +117,13 @@ impl UiState {
             )));
         }
         // The detector's findings (source health included), most severe first.
-        for f in self.analyzer.open() {
+        let scoped = |gpu: &str| self.scope.shows_finding_on(gpu, &frame.sample);
+        for f in self
+            .analyzer
+            .open()
+            .into_iter()
+            .filter(|f| scoped(&f.id.gpu))
+        {
             out.push(PanelLine {
                 text: format!("[{}] {}", f.severity, crate::text::clean(&f.summary)),
                 severity: f.severity,
@@ -126,7 +132,7 @@ impl UiState {
         }
         // Single calls that failed on a GPU that is still there (a permission, a transient error).
         for g in &frame.sample.gpus {
-            if g.lost {
+            if g.lost || !self.scope.shows_gpu(g) {
                 continue;
             }
             for e in &g.errors {

@@ -258,6 +258,8 @@ pub struct UiState {
     pub filter_editing: bool,
     /// Show one GPU (NVML index) or all.
     pub gpu_filter: Option<u32>,
+    /// What the command line limited the screen to (`tui --gpu`, `--only-visible`, `--user`).
+    pub scope: super::scope::ViewScope,
     /// Rows of the table, sorted and filtered.
     pub rows: Vec<RowRef>,
     /// Index into `rows`.
@@ -315,6 +317,7 @@ impl UiState {
             filter: String::new(),
             filter_editing: false,
             gpu_filter: None,
+            scope: super::scope::ViewScope::default(),
             rows: Vec::new(),
             selected: 0,
             selected_key: None,
@@ -394,9 +397,10 @@ impl UiState {
         }
     }
 
-    /// Whether a GPU is on screen (all, or the one `g` chose).
+    /// Whether a GPU is on screen: in the scope (`tui --gpu`, `--only-visible`), and all of
+    /// them or the one `g` chose.
     pub fn shows_gpu(&self, g: &GpuSample) -> bool {
-        self.gpu_filter.is_none_or(|i| g.index == i)
+        self.gpu_filter.is_none_or(|i| g.index == i) && self.scope.shows_gpu(g)
     }
 
     /// GPUs on screen.
@@ -435,6 +439,9 @@ impl UiState {
             // The rows on screen keep their growth (derive measured none of them).
             self.measure_visible();
             return Effect::None;
+        }
+        if let Some(problem) = self.scope.resolve(&frame.sample) {
+            self.message = Some(problem);
         }
         self.shown = Some(frame);
         self.analysis = Some(analysis);
@@ -558,7 +565,8 @@ impl UiState {
                 continue;
             }
             for (pi, p) in g.processes.iter().enumerate() {
-                if needle.is_empty() || matches_filter(p, &needle) {
+                if self.scope.shows_process(p) && (needle.is_empty() || matches_filter(p, &needle))
+                {
                     rows.push(RowRef { gpu: gi, proc: pi });
                 }
             }
@@ -1039,7 +1047,10 @@ impl UiState {
         let indices: Vec<u32> = self
             .shown
             .as_ref()
-            .map(|f| f.sample.gpus.iter().map(|g| g.index).collect())
+            .map(|f| {
+                let gpus = f.sample.gpus.iter().filter(|g| self.scope.shows_gpu(g));
+                gpus.map(|g| g.index).collect()
+            })
             .unwrap_or_default();
         self.gpu_filter = match self.gpu_filter {
             None => indices.first().copied(),
@@ -1087,7 +1098,7 @@ impl UiState {
         let in_view = self.view == View::Findings;
         let (count, page) = if in_view {
             let body = self.layout().body.height.saturating_sub(1);
-            (self.analyzer.log().len(), usize::from(body).max(1))
+            (self.findings_log().len(), usize::from(body).max(1))
         } else {
             let l = self.layout();
             (
@@ -1119,10 +1130,19 @@ impl UiState {
         }
     }
 
+    /// The findings view's list: the log's entries (open first) about GPUs in the scope.
+    pub fn findings_log(&self) -> Vec<&crate::detect::LogEntry> {
+        let mut log = self.analyzer.log().listed();
+        if let Some(f) = self.shown.as_ref() {
+            log.retain(|e| self.scope.shows_finding_on(&e.id.gpu, &f.sample));
+        }
+        log
+    }
+
     /// Where the finding under the cursor goes, if anywhere.
     pub fn finding_target(&self) -> Option<super::shown::GoTo> {
         if self.view == View::Findings {
-            let log = self.analyzer.log().listed();
+            let log = self.findings_log();
             let e = log.get(self.log_cursor.min(log.len().saturating_sub(1)))?;
             super::shown::GoTo::of(e.gpu_index, e.id.pid)
         } else {

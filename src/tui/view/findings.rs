@@ -43,7 +43,7 @@ pub fn render(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Context) {
     }
     let t = ctx.theme;
     let width = usize::from(area.width);
-    let log = state.analyzer.log().listed();
+    let log = state.findings_log();
     let open_now = state.analyzer.open();
     let live = |e: &LogEntry| {
         e.is_open()

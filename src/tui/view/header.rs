@@ -44,6 +44,10 @@ pub fn render(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Context) {
         facts.push(format!("CUDA {}", clean(c)));
     }
     spans.push(Span::raw(format!(" · {}", facts.join(" · "))));
+    if let Some(scope) = state.scope.label() {
+        // Limited from the command line (tui --gpu, --only-visible, --user): say so up front.
+        spans.push(Span::styled(format!(" · only {scope}"), t.warn()));
+    }
     spans.push(Span::raw(" · "));
     if ctx.stale(frame) {
         spans.push(Span::styled(

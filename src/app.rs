@@ -274,7 +274,9 @@ pub(crate) fn start_with(
 /// How often a headless daemon refreshes the CPU % and RSS of processes it already knows.
 /// Nothing it exports to Prometheus or feeds the detector uses them (only the JSON snapshot and
 /// the event stream show them), and `/proc` reads are the daemon's largest cost at this scale;
-/// a new PID is still read in full at once.
+/// a new PID is still read in full at once. The same refresh finds a process that exited while
+/// the driver still lists it, so the daemon opens exited-holder up to this much later than
+/// `detect.exited-grace` after the exit (the grace counts from when it was found gone).
 const HEADLESS_HOST_INTERVAL: Duration = Duration::from_secs(30);
 
 pub(crate) fn first_frame(

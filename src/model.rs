@@ -97,21 +97,44 @@ pub struct HostProc {
     pub ppid: Option<u32>,
     /// Container id (short) or Kubernetes pod, from `/proc/PID/cgroup`.
     pub container: Option<String>,
+    /// The process left `/proc` while the driver still lists it (the classic zombie holding
+    /// VRAM): `visible` is false and the facts above are the last ones gpuwatch read while it
+    /// was there (CPU % and RSS unknown). Absent in older recordings (false).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub exited: bool,
+    /// With `exited`: when gpuwatch first found it gone, seconds since the Unix epoch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exited_at: Option<f64>,
 }
 
+/// What tables show in front of the last known command of an exited process.
+pub const EXITED_MARK: &str = "[exited]";
+
 impl HostProc {
-    /// The command line as tables show it: the full command, else the name; for a PID this
-    /// host cannot see, a note saying so.
+    /// The command line as tables show it: the full command, else the name; for a process
+    /// that exited while the driver still lists it, its last known command after
+    /// [`EXITED_MARK`]; for a PID this host never saw, a note saying so.
     pub fn display_command(&self) -> String {
-        if self.visible {
+        let command = || {
             self.command
                 .clone()
                 .filter(|c| !c.is_empty())
                 .or_else(|| self.name.clone())
                 .unwrap_or_else(|| "-".to_string())
+        };
+        if self.visible {
+            command()
+        } else if self.exited {
+            format!("{EXITED_MARK} {}", command())
         } else {
             "(not visible here: other PID namespace)".to_string()
         }
+    }
+
+    /// Whether these facts name the process: this host sees it now, or saw it before it
+    /// exited (its user, command and parent are then the last known ones).
+    pub fn known(&self) -> bool {
+        self.visible || self.exited
     }
 }
 
@@ -431,6 +454,49 @@ mod tests {
         g.sort_processes();
         let order: Vec<u32> = g.processes.iter().map(|p| p.pid).collect();
         assert_eq!(order, vec![2, 1, 3]);
+    }
+
+    #[test]
+    fn an_exited_process_shows_its_last_command_and_a_stranger_says_so() {
+        let mut h = HostProc {
+            visible: true,
+            name: Some("python".into()),
+            command: Some("python train.py".into()),
+            user: Some("alice".into()),
+            ..HostProc::default()
+        };
+        assert_eq!(h.display_command(), "python train.py");
+        assert!(h.known());
+        h.visible = false;
+        h.exited = true;
+        assert_eq!(h.display_command(), "[exited] python train.py");
+        assert!(h.known());
+        h.command = None;
+        assert_eq!(h.display_command(), "[exited] python");
+        let stranger = HostProc::default();
+        assert_eq!(
+            stranger.display_command(),
+            "(not visible here: other PID namespace)"
+        );
+        assert!(!stranger.known());
+    }
+
+    /// A recording written before `exited` existed loads (not exited), and an exited process
+    /// round-trips.
+    #[test]
+    fn exited_is_optional_in_recordings() {
+        let old = r#"{"visible":false,"name":null,"command":null,"user":null,"uid":null,"cpu_percent":null,"rss_bytes":null,"start_time":null,"ppid":null,"container":null}"#;
+        let h: HostProc = serde_json::from_str(old).expect("an old host record");
+        assert!(!h.exited && h.exited_at.is_none());
+        assert!(!serde_json::to_string(&h).expect("json").contains("exited"));
+        let gone = HostProc {
+            exited: true,
+            exited_at: Some(1_800_000_000.5),
+            command: Some("python train.py".into()),
+            ..HostProc::default()
+        };
+        let text = serde_json::to_string(&gone).expect("json");
+        assert_eq!(serde_json::from_str::<HostProc>(&text).expect("back"), gone);
     }
 
     #[test]

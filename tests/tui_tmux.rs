@@ -620,6 +620,7 @@ fn rule_of(line: &str) -> Option<&'static str> {
         ("leak suspected", "leak-suspected"),
         ("external memory on GPU", "external-pressure"),
         ("has not used the GPU for", "idle-holder"),
+        ("but the driver still holds", "exited-holder"),
     ]
     .iter()
     .find(|(words, _)| line.contains(words))

@@ -185,10 +185,19 @@ impl Analyzer {
     }
 
     /// The watched PIDs of a frame: the watch set (with the parents from where the frame came
-    /// from) and the marks.
+    /// from), the marks, and the processes that were mine in the previous frame and have
+    /// exited since (a `pid:N` tree whose launcher died with them no longer reaches them).
     pub fn mine_in(&self, frame: &Frame) -> HashSet<u32> {
         let sample = &frame.sample;
         let mut pids = mine(&self.watch, frame, self.parents(frame));
+        pids.extend(
+            sample
+                .gpus
+                .iter()
+                .flat_map(|g| &g.processes)
+                .filter(|p| p.host.exited && self.mine.contains(&p.pid))
+                .map(|p| p.pid),
+        );
         if !self.extra_pids.is_empty() || !self.extra_users.is_empty() {
             pids.extend(
                 sample

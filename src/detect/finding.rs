@@ -11,6 +11,7 @@ pub enum RuleKind {
     LeakSuspected,
     ExternalPressure,
     IdleHolder,
+    ExitedHolder,
     SourceHealth,
 }
 
@@ -22,6 +23,7 @@ impl RuleKind {
             RuleKind::LeakSuspected => "leak-suspected",
             RuleKind::ExternalPressure => "external-pressure",
             RuleKind::IdleHolder => "idle-holder",
+            RuleKind::ExitedHolder => "exited-holder",
             RuleKind::SourceHealth => "source-health",
         }
     }

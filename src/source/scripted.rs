@@ -267,8 +267,11 @@ fn host_at(h: &scenario::HostSpec, start: f64, t: f64, taken_at: f64) -> HostPro
         return HostProc::default();
     }
     let now = taken_at.max(0.0) as u64;
+    // Exited at `x` (scenario seconds): what the host knew of it, and when it went.
+    let exited_at = h.exited.filter(|&x| t >= x).map(|x| taken_at - (t - x));
+    let exited = exited_at.is_some();
     HostProc {
-        visible: true,
+        visible: !exited,
         name: h.name.clone().or_else(|| {
             h.command
                 .as_deref()
@@ -278,12 +281,18 @@ fn host_at(h: &scenario::HostSpec, start: f64, t: f64, taken_at: f64) -> HostPro
         command: h.command.clone(),
         user: h.user.clone(),
         uid: None,
-        cpu_percent: h.cpu.as_ref().map(|c| c.at(t).max(0.0) as f32),
-        rss_bytes: h.rss.as_ref().map(|r| r.at_u64(t)),
+        cpu_percent: h
+            .cpu
+            .as_ref()
+            .filter(|_| !exited)
+            .map(|c| c.at(t).max(0.0) as f32),
+        rss_bytes: h.rss.as_ref().filter(|_| !exited).map(|r| r.at_u64(t)),
         // The process started (t - start) scenario seconds ago.
         start_time: Some(now.saturating_sub((t - start).max(0.0) as u64)),
         ppid: h.ppid,
         container: h.container.clone(),
+        exited,
+        exited_at,
     }
 }
 

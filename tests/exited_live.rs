@@ -129,3 +129,50 @@ fn a_killed_process_the_driver_still_lists_is_shown_exited_and_reported_after_th
         "resolved once the driver stopped listing it"
     );
 }
+
+/// The demo tells the story too: alice's earlier run (PID 2161) exited and the driver still
+/// holds its 6 GiB; `snapshot --json` and the text table show it exited, hers, with its command.
+#[test]
+fn the_demo_shows_an_exited_process_with_its_user_and_command() {
+    let out = std::process::Command::new(common::gpuwatch_bin())
+        .args(["--demo", "snapshot", "--json"])
+        .env("XDG_CONFIG_HOME", "/nonexistent-gpuwatch-test")
+        .output()
+        .expect("runs");
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let snap: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let p = snap["gpus"][0]["processes"]
+        .as_array()
+        .expect("processes")
+        .iter()
+        .find(|p| p["pid"] == 2161)
+        .cloned()
+        .expect("pid 2161 on GPU 0");
+    assert_eq!(p["exited"], true, "{p}");
+    assert_eq!(p["visible"], false, "{p}");
+    assert_eq!(p["user"], "alice", "{p}");
+    assert_eq!(p["watched"], true, "{p}");
+    assert!(
+        p["command"]
+            .as_str()
+            .is_some_and(|c| c.starts_with("python train.py --model resnet50")),
+        "{p}"
+    );
+    assert!(p["exited_at"].as_f64().is_some(), "{p}");
+    let out = std::process::Command::new(common::gpuwatch_bin())
+        .args(["--demo", "snapshot"])
+        .env("XDG_CONFIG_HOME", "/nonexistent-gpuwatch-test")
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("runs");
+    let text = common::stdout(&out);
+    let row = text
+        .lines()
+        .find(|l| l.contains(" 2161 "))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(row.trim_start().starts_with("*  2161  alice"), "{row}");
+    assert!(
+        row.contains("[exited] python train.py --model resnet50"),
+        "{row}"
+    );
+}

@@ -48,7 +48,7 @@ fn sorting_cycles_reverses_and_keeps_the_selection() {
     st.update(Command::Down);
     let chosen = st.selected_row().map(|(_, p)| p.pid);
     st.update(Command::SortBy(SortKey::Pid));
-    assert_eq!(pids(&st), vec![2101, 2207, 2350, 3011, 4120, 91234]);
+    assert_eq!(pids(&st), vec![2101, 2161, 2207, 2350, 3011, 4120, 91234]);
     assert_eq!(
         st.selected_row().map(|(_, p)| p.pid),
         chosen,
@@ -66,14 +66,14 @@ fn sorting_cycles_reverses_and_keeps_the_selection() {
 fn navigation_stays_in_bounds_and_the_mouse_selects() {
     let (mut st, _) = demo_state(SourceKind::Demo);
     st.update(Command::End);
-    assert_eq!(st.selected, 5);
+    assert_eq!(st.selected, 6);
     st.update(Command::Down);
-    assert_eq!(st.selected, 5);
+    assert_eq!(st.selected, 6);
     st.update(Command::Home);
     st.update(Command::Up);
     assert_eq!(st.selected, 0);
     st.update(Command::PageDown);
-    assert_eq!(st.selected, 5);
+    assert_eq!(st.selected, 6);
     // A click on the third process row selects it.
     let body = st.layout().table_rows;
     st.update(Command::Click(body.x + 5, body.y + 2));
@@ -125,7 +125,7 @@ fn filter_gpu_choice_and_back() {
     let (mut st, _) = demo_state(SourceKind::Demo);
     st.update(Command::CycleGpu);
     assert_eq!(st.gpu_filter, Some(0));
-    assert!(pids(&st).iter().all(|p| [2101, 91234].contains(p)));
+    assert!(pids(&st).iter().all(|p| [2101, 2161, 91234].contains(p)));
     st.update(Command::Back);
     assert_eq!(st.gpu_filter, None);
     st.update(Command::FilterStart);
@@ -134,7 +134,7 @@ fn filter_gpu_choice_and_back() {
     }
     assert_eq!(pids(&st), vec![3011], "case-insensitive over the user");
     st.update(Command::FilterCancel);
-    assert_eq!(pids(&st).len(), 6);
+    assert_eq!(pids(&st).len(), 7);
     // Ctrl-U erases what was typed and editing goes on.
     st.update(Command::FilterStart);
     for c in "carol".chars() {
@@ -142,7 +142,7 @@ fn filter_gpu_choice_and_back() {
     }
     st.update(Command::FilterErase);
     assert!(st.filter.is_empty() && st.filter_editing);
-    assert_eq!(pids(&st).len(), 6);
+    assert_eq!(pids(&st).len(), 7);
     st.update(Command::FilterInput('c'));
     assert_eq!(st.filter, "c");
 }
@@ -189,6 +189,40 @@ fn kill_asks_then_sends_term_then_kill() {
     );
     st.update(Command::Back);
     assert!(st.kill.is_none());
+}
+
+/// The demo's exited process (alice's earlier run, whose memory the driver still holds) keeps
+/// its user, command and mine mark; the kill dialog says there is nothing left to signal, and
+/// neither `y` nor `9` yields a signal although its start time is known.
+#[test]
+fn an_exited_process_keeps_its_identity_and_is_never_signalled() {
+    let (mut st, _) = demo_state(SourceKind::Live);
+    while st.selected_row().map(|(_, p)| p.pid) != Some(2161) {
+        st.update(Command::Down);
+    }
+    let (_, p) = st.selected_row().expect("row");
+    assert!(p.host.exited && !p.host.visible, "{:?}", p.host);
+    assert_eq!(p.host.user.as_deref(), Some("alice"));
+    assert!(
+        p.host
+            .display_command()
+            .starts_with("[exited] python train.py"),
+        "{}",
+        p.host.display_command()
+    );
+    assert!(p.host.start_time.is_some());
+    let p = p.clone();
+    assert!(st.is_watched(&p), "still mine");
+    st.update(Command::Kill);
+    let k = st.kill.clone().expect("dialog");
+    assert_eq!(k.pid, 2161);
+    assert!(
+        matches!(&k.stage, KillStage::Failed(m) if m.starts_with("PID 2161 has exited: no process is left to signal")),
+        "{:?}",
+        k.stage
+    );
+    assert_eq!(st.update(Command::Confirm), Effect::None);
+    assert_eq!(st.update(Command::ConfirmKill), Effect::None);
 }
 
 /// A row without a start time (the PID is not visible in this PID namespace) can't be tied to

@@ -375,9 +375,10 @@ mod tests {
     }
 
     /// The demo's past run through the analysis leaves every story open at its start: near
-    /// capacity, filling-up with its time to full, a leak, external pressure, an idle holder.
+    /// capacity, filling-up with its time to full, a leak, external pressure, an idle holder,
+    /// an exited process whose memory the driver still holds.
     #[test]
-    fn the_demo_primed_with_its_past_opens_five_rules_at_its_start() {
+    fn the_demo_primed_with_its_past_opens_six_rules_at_its_start() {
         use crate::analysis::{Analyzer, Detail};
         let demo = ScriptedSource::demo().expect("demo");
         let info = std::sync::Arc::new(demo.info());
@@ -395,6 +396,7 @@ mod tests {
         assert_eq!(
             rules,
             [
+                "exited-holder",
                 "external-pressure",
                 "filling-up",
                 "idle-holder",

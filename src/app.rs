@@ -230,22 +230,27 @@ pub(crate) fn start(
     headless: bool,
     past: bool,
 ) -> Result<Sampler> {
+    start_with(g, config, start_at, past, cadences(config, headless, false))
+}
+
+/// The dashboard's sampler: with the source's past, and frames that carry this host's CPU,
+/// memory and load for the header (a live or demo source only).
+pub(crate) fn start_dashboard(g: &GlobalArgs, config: &Config) -> Result<Sampler> {
+    start_with(g, config, None, true, cadences(config, false, true))
+}
+
+fn cadences(config: &Config, headless: bool, host_summary: bool) -> SamplerOptions {
     let interval = config.sampling.interval;
-    start_with(
-        g,
-        config,
-        start_at,
-        past,
-        SamplerOptions {
-            interval,
-            slow_interval: config.sampling.slow_interval,
-            host_interval: if headless {
-                config.sampling.slow_interval.max(HEADLESS_HOST_INTERVAL)
-            } else {
-                interval
-            },
+    SamplerOptions {
+        interval,
+        slow_interval: config.sampling.slow_interval,
+        host_interval: if headless {
+            config.sampling.slow_interval.max(HEADLESS_HOST_INTERVAL)
+        } else {
+            interval
         },
-    )
+        host_summary,
+    }
 }
 
 /// Opens the source and starts the sampler with these cadences.

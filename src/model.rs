@@ -338,6 +338,30 @@ impl Sample {
     }
 }
 
+/// This host's CPU, memory, swap and load when a frame was published: the dashboard's header
+/// line ([`crate::source::hostsummary`]). Bytes; CPU in percent of all CPUs.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct HostSummary {
+    /// Busy share of all CPUs since the previous reading, 0–100; `None` on the first reading.
+    pub cpu_percent: Option<f32>,
+    pub memory_total: u64,
+    /// Memory available without swapping (`MemAvailable`).
+    pub memory_available: u64,
+    pub swap_total: u64,
+    pub swap_used: u64,
+    /// The 1, 5 and 15-minute load averages; `None` when unreadable.
+    pub load: Option<[f64; 3]>,
+    /// Logical CPUs (what the load is read against).
+    pub cpus: usize,
+}
+
+impl HostSummary {
+    /// Memory in use: total − available (what `free` calls used, page cache excluded).
+    pub fn memory_used(&self) -> u64 {
+        self.memory_total.saturating_sub(self.memory_available)
+    }
+}
+
 /// What consumers receive: a sample, plus when it was published here.
 #[derive(Debug, Clone)]
 pub struct Frame {
@@ -349,6 +373,9 @@ pub struct Frame {
     pub published: Instant,
     /// The fast cadence interval, to judge staleness.
     pub interval: Duration,
+    /// This host's CPU, memory and load when the frame was published: only for the dashboard
+    /// of a live GPU or a demo (`None` for a replay, a remote daemon, and other front ends).
+    pub host: Option<HostSummary>,
 }
 
 impl Frame {
@@ -369,6 +396,7 @@ impl Frame {
             sample,
             published: Instant::now(),
             interval,
+            host: None,
         })
     }
 

@@ -68,6 +68,7 @@ fn frame(
         sample,
         published,
         interval: Duration::from_secs(1),
+        host: None,
     })
 }
 
@@ -468,5 +469,124 @@ fn a_paused_screen_says_how_old_it_is() {
     assert!(
         header.contains("PAUSED (p): the screen is from 12 s ago"),
         "{header}"
+    );
+}
+
+/// The demo fed with frames that carry this host summary (as the dashboard's sampler makes
+/// them for a live GPU or a demo).
+fn fed_with_host(host: gpuwatch::model::HostSummary) -> (UiState, Instant) {
+    let src = demo();
+    let info = Arc::new(src.info());
+    let mut st = common::ui_state(Some("alice"), false);
+    let mut last = Instant::now();
+    for i in 0..3u32 {
+        let back = 2.0 - f64::from(i);
+        last = Instant::now();
+        st.on_frame(Arc::new(Frame {
+            seq: u64::from(i) + 1,
+            source: Arc::clone(&info),
+            sample: src.sample_at(DEMO_START - back, NOW - back),
+            published: last,
+            interval: Duration::from_secs(1),
+            host: Some(host),
+        }));
+    }
+    (st, last)
+}
+
+const GIB: u64 = 1 << 30;
+
+fn host(mem_used_gib: u64, swap_used_gib: u64) -> gpuwatch::model::HostSummary {
+    gpuwatch::model::HostSummary {
+        cpu_percent: Some(37.4),
+        memory_total: 256 * GIB,
+        memory_available: (256 - mem_used_gib) * GIB,
+        swap_total: 8 * GIB,
+        swap_used: swap_used_gib * GIB,
+        load: Some([12.5, 9.75, 8.0]),
+        cpus: 64,
+    }
+}
+
+/// The header's host summary: right-aligned after the header's facts at 200 columns; at 160
+/// and 120 the pieces that do not fit are left out whole (load, then swap, then CPU; memory
+/// last), never cut; at 80 there is no room.
+#[test]
+fn the_header_shows_the_host_summary_and_drops_whole_pieces() {
+    let (mut st, last) = fed_with_host(host(60, 0));
+    let header = |st: &mut UiState, w: u16| {
+        screen(st, w, 40, fresh(last))
+            .lines()
+            .next()
+            .unwrap_or("")
+            .to_string()
+    };
+    let wide = header(&mut st, 200);
+    insta::assert_snapshot!(wide);
+    assert!(
+        wide.ends_with(
+            "host CPU 37% · mem 60.0GiB/256.0GiB · swap 0MiB/8.0GiB · load 12.50 9.75 8.00"
+        ),
+        "{wide}"
+    );
+    assert_eq!(wide.chars().count(), 200, "right-aligned: {wide}");
+    for w in [160u16, 120] {
+        let h = header(&mut st, w);
+        assert!(h.chars().count() <= usize::from(w), "{h}");
+        assert!(!h.contains('…'), "no piece is cut: {h}");
+        let summary = h
+            .split("host ")
+            .nth(1)
+            .unwrap_or_else(|| panic!("{w}: {h}"));
+        assert!(
+            summary.contains("mem 60.0GiB/256.0GiB"),
+            "{w}: memory first: {h}"
+        );
+        // What is left out goes in rank order: load, then swap, then CPU.
+        let kept = ["CPU", "swap", "load"].map(|p| summary.contains(p));
+        assert!(kept[0] >= kept[1] && kept[1] >= kept[2], "{w}: {h}");
+    }
+    assert!(
+        !header(&mut st, 80).contains("host "),
+        "no room at 80 columns"
+    );
+}
+
+/// Host memory nearly full is coloured as a GPU's memory bar would be (warning at 90 %,
+/// critical at 97 %), and swap with it while it is in use; with plenty free neither is.
+#[test]
+fn nearly_full_host_memory_is_coloured() {
+    use ratatui::style::Color;
+    let colour_of = |h: gpuwatch::model::HostSummary, needle: &str| {
+        let (mut st, last) = fed_with_host(h);
+        st.update(Command::Resize(200, 40));
+        let ctx = Context {
+            now: NOW,
+            mono: fresh(last),
+            theme: Theme::new(true),
+        };
+        let mut term = Terminal::new(TestBackend::new(200, 40)).expect("terminal");
+        term.draw(|f| render(f, &st, &ctx)).expect("draw");
+        let buf = term.backend().buffer();
+        let line: String = (0..200).map(|x| buf[(x, 0)].symbol().to_string()).collect();
+        let at = line
+            .find(needle)
+            .unwrap_or_else(|| panic!("{needle} in {line}"));
+        let x = u16::try_from(line[..at].chars().count()).expect("column");
+        buf[(x, 0)].fg
+    };
+    assert_eq!(colour_of(host(60, 1), "mem "), Color::Reset);
+    assert_eq!(colour_of(host(60, 1), "swap "), Color::Reset);
+    assert_eq!(colour_of(host(235, 1), "mem "), Color::Yellow, "92 % used");
+    assert_eq!(
+        colour_of(host(235, 1), "swap "),
+        Color::Yellow,
+        "swapping under pressure"
+    );
+    assert_eq!(colour_of(host(250, 1), "mem "), Color::Red, "98 % used");
+    assert_eq!(
+        colour_of(host(235, 8), "swap "),
+        Color::Red,
+        "swap full too"
     );
 }

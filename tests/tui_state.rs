@@ -22,6 +22,7 @@ fn frame(src: &ScriptedSource, seq: u64, t: f64, kind: SourceKind) -> Arc<Frame>
         sample: src.sample_at(t, 1_795_953_600.0 + t),
         published: Instant::now(),
         interval: Duration::from_secs(1),
+        host: None,
     })
 }
 

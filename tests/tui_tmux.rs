@@ -271,6 +271,8 @@ fn the_remote_dashboard_follows_a_daemon_and_says_when_it_is_gone() {
         screen.contains("remote") && screen.contains(&format!("127.0.0.1:{}", daemon.port)),
         "{screen}"
     );
+    // The daemon's host is not this one: no host summary in the header.
+    assert!(!screen.contains("host mem"), "{screen}");
     // The daemon goes away: the header says since when and why, and the dashboard stays up.
     drop(daemon);
     let screen = t.wait_for("the disconnected state", |s| {
@@ -677,4 +679,46 @@ fn the_demo_tells_all_its_stories_within_ten_seconds_and_changes_within_a_minute
         "a change within a minute: {:?}\n{s}",
         started.elapsed()
     );
+}
+
+/// The demo's header carries this machine's host summary (the demo's GPUs are simulated on it):
+/// CPU %, memory used of this host's total (as `/proc/meminfo` says), swap and load.
+#[test]
+fn the_demo_header_shows_this_hosts_cpu_memory_and_load() {
+    let total_kib: u64 = std::fs::read_to_string("/proc/meminfo")
+        .expect("meminfo")
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .expect("MemTotal");
+    let total = gpuwatch::output::fmt_bytes(total_kib * 1024);
+    let script = format!(
+        "'{}' --demo; echo \"EXITED rc=$?\"; sleep 60",
+        gpuwatch_bin()
+    );
+    let t = Tmux::session(
+        "hostline",
+        (200, 50),
+        None,
+        Duration::from_secs(30),
+        &script,
+    );
+    let s = t.wait_for("the host summary", |s| {
+        s.lines()
+            .next()
+            .is_some_and(|h| h.contains("host CPU ") && h.contains(" · load "))
+    });
+    let header = s.lines().next().unwrap_or("");
+    assert!(
+        header.starts_with("gpuwatch · demo-node · demo"),
+        "{header}"
+    );
+    let summary = header.split("host CPU ").nth(1).expect("summary");
+    assert!(
+        summary.contains(&format!("GiB/{total}")) || summary.contains(&format!("MiB/{total}")),
+        "this host's {total} of memory: {header}"
+    );
+    assert!(summary.contains("% · mem "), "{header}");
+    t.keys(&["q"]);
+    t.wait_for("exit", |s| s.contains("EXITED rc=0"));
 }

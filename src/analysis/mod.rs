@@ -250,6 +250,7 @@ impl Analyzer {
                 sample,
                 published: std::time::Instant::now(),
                 interval,
+                host: None,
             });
             let _ = self.push(&frame);
         }

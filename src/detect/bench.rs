@@ -285,6 +285,7 @@ pub fn feed(case: &Case, interval: Duration, rules: &Rules) -> Run {
             sample: sample.clone(),
             published: std::time::Instant::now(),
             interval,
+            host: None,
         });
         let analysis = analyzer.push(&frame);
         run.events

@@ -441,6 +441,7 @@ mod tests {
                 sample: demo.sample_at(DEMO_START + t, wall + t),
                 published: Instant::now(),
                 interval: Duration::from_secs(1),
+                host: None,
             });
             let a = analyzer.push(&frame);
             for f in a

@@ -2,9 +2,11 @@
 
 use ratatui::Frame;
 use ratatui::layout::Rect;
+use ratatui::style::Style;
 use ratatui::text::{Line, Span};
 
 use super::Context;
+use crate::model::HostSummary;
 use crate::tui::state::{Mode, SortKey, UiState};
 
 /// The header: who and what is watched, how fresh the data is.
@@ -82,7 +84,101 @@ pub fn render(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Context) {
             t.warn(),
         ));
     }
+    if let Some(host) = &frame.host {
+        let used: usize = spans.iter().map(Span::width).sum();
+        spans.extend(host_summary(host, usize::from(area.width), used, t));
+    }
     super::draw_lines(f, area, &[Line::from(spans)]);
+}
+
+/// The host summary's label, the separator of its pieces, and the least gap before it.
+const LABEL: &str = "host ";
+const SEP: &str = " · ";
+const GAP: usize = 3;
+
+/// This host's CPU, memory, swap and load average, right-aligned after the header's facts
+/// (`used` cells of `width`): the pieces that fit whole, memory first, then CPU, swap and
+/// load; nothing when not even memory fits. Memory is coloured by the memory levels a GPU's
+/// bar uses (host RAM running out kills training jobs), swap likewise while memory is at a
+/// warning or worse and swap is in use.
+fn host_summary(
+    h: &HostSummary,
+    width: usize,
+    used: usize,
+    t: crate::tui::theme::Theme,
+) -> Vec<Span<'static>> {
+    use crate::detect::MemLevel;
+    use crate::output::fmt_bytes;
+    let level = t
+        .mem_levels
+        .level(h.memory_used(), h.memory_total, Some(h.memory_available));
+    let loud = level.filter(|l| *l >= MemLevel::Warning);
+    let mem_style = loud.map_or_else(Style::new, |l| t.mem_level(Some(l)));
+    let swap_style = if loud.is_some() && h.swap_used > 0 {
+        let swap_full = h.swap_used as f64 >= 0.9 * h.swap_total as f64;
+        t.mem_level(Some(if swap_full {
+            MemLevel::Critical
+        } else {
+            loud.unwrap_or(MemLevel::Warning)
+        }))
+    } else {
+        Style::new()
+    };
+    // (rank when cut, text, style), in the order shown.
+    let mut pieces: Vec<(u8, String, Style)> = Vec::new();
+    if let Some(cpu) = h.cpu_percent {
+        pieces.push((1, format!("CPU {cpu:.0}%"), Style::new()));
+    }
+    if h.memory_total > 0 {
+        let mem = format!(
+            "mem {}/{}",
+            fmt_bytes(h.memory_used()),
+            fmt_bytes(h.memory_total)
+        );
+        pieces.push((0, mem, mem_style));
+    }
+    if h.swap_total > 0 {
+        let swap = format!(
+            "swap {}/{}",
+            fmt_bytes(h.swap_used),
+            fmt_bytes(h.swap_total)
+        );
+        pieces.push((2, swap, swap_style));
+    }
+    if let Some([one, five, fifteen]) = h.load {
+        pieces.push((
+            3,
+            format!("load {one:.2} {five:.2} {fifteen:.2}"),
+            Style::new(),
+        ));
+    }
+    let cells = |chosen: &[&(u8, String, Style)]| {
+        LABEL.len()
+            + chosen.iter().map(|p| p.1.chars().count()).sum::<usize>()
+            + SEP.chars().count() * chosen.len().saturating_sub(1)
+    };
+    let room = width.saturating_sub(used + GAP);
+    let mut ranked: Vec<&(u8, String, Style)> = pieces.iter().collect();
+    ranked.sort_by_key(|p| p.0);
+    let mut keep = ranked.len();
+    while keep > 0 && cells(&ranked[..keep]) > room {
+        keep -= 1;
+    }
+    if keep == 0 {
+        return Vec::new();
+    }
+    let ranks: Vec<u8> = ranked[..keep].iter().map(|p| p.0).collect();
+    let chosen: Vec<&(u8, String, Style)> =
+        pieces.iter().filter(|p| ranks.contains(&p.0)).collect();
+    let pad = width.saturating_sub(used + cells(&chosen));
+    let mut out = vec![Span::raw(" ".repeat(pad)), Span::styled(LABEL, t.dim())];
+    for (i, (_, text, style)) in chosen.into_iter().enumerate() {
+        if i > 0 {
+            out.push(Span::styled(SEP, t.dim()));
+        }
+        out.push(Span::styled(text.clone(), *style));
+    }
+    out
 }
 
 pub fn render_findings(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Context) {

@@ -49,6 +49,42 @@ pub struct SourceInfo {
     /// invoking user.
     #[serde(default)]
     pub me: Option<String>,
+    /// A replay's place in its recording (the header shows the position, not the age).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub span: Option<RecordingSpan>,
+}
+
+/// Where a replay's samples lie in their recording: recorded times, seconds since the Unix
+/// epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct RecordingSpan {
+    /// The recording's first sample.
+    pub start: f64,
+    /// Its latest sample.
+    pub end: f64,
+    /// The first sample replayed (`--at`).
+    pub first: f64,
+    /// Looping: each later pass is shifted forward by this many seconds.
+    pub period: Option<f64>,
+}
+
+impl RecordingSpan {
+    /// Seconds from the recording's start to the recorded sample replayed at `taken_at` (a
+    /// later pass of a loop folded back onto the recording), within `[0, end - start]`.
+    pub fn offset(&self, taken_at: f64) -> f64 {
+        let t = match self.period {
+            Some(p) if p > 0.0 && taken_at > self.end => {
+                self.first + (taken_at - self.first).rem_euclid(p)
+            }
+            _ => taken_at,
+        };
+        (t - self.start).clamp(0.0, (self.end - self.start).max(0.0))
+    }
+
+    /// How long the recording is, seconds.
+    pub fn length(&self) -> f64 {
+        (self.end - self.start).max(0.0)
+    }
 }
 
 /// Type of GPU context a process holds, as nvidia-smi prints it.
@@ -392,6 +428,7 @@ impl Frame {
                 nvml_version: None,
                 detail: String::new(),
                 me: None,
+                span: None,
             }),
             sample,
             published: Instant::now(),
@@ -525,6 +562,30 @@ mod tests {
         };
         let text = serde_json::to_string(&gone).expect("json");
         assert_eq!(serde_json::from_str::<HostProc>(&text).expect("back"), gone);
+    }
+
+    /// A replay's offset in its recording: as recorded on the first pass, folded back onto the
+    /// recording on later passes of a loop, never outside it.
+    #[test]
+    fn a_replays_offset_folds_loops_back_onto_the_recording() {
+        let span = RecordingSpan {
+            start: 1000.0,
+            end: 1080.0,
+            first: 1030.0,
+            period: None,
+        };
+        assert!((span.length() - 80.0).abs() < 1e-9);
+        assert!((span.offset(1042.5) - 42.5).abs() < 1e-9);
+        assert!((span.offset(2000.0) - 80.0).abs() < 1e-9, "clamped");
+        assert!(span.offset(900.0).abs() < 1e-9, "clamped");
+        // Looping from 30 s: a pass of 50 s plus one 1-s interval; the second pass's 1081.0
+        // (shifted by 51 s) is the recording's 1030.0.
+        let looped = RecordingSpan {
+            period: Some(51.0),
+            ..span
+        };
+        assert!((looped.offset(1081.0) - 30.0).abs() < 1e-9);
+        assert!((looped.offset(1081.0 + 51.0 + 5.0) - 35.0).abs() < 1e-9);
     }
 
     #[test]

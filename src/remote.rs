@@ -465,6 +465,7 @@ mod tests {
                 nvml_version: None,
                 detail: "libnvidia-ml.so.1".into(),
                 me: None,
+                span: None,
             }),
             sample: sample.clone(),
             published: Instant::now(),

@@ -590,3 +590,48 @@ fn nearly_full_host_memory_is_coloured() {
         "swap full too"
     );
 }
+
+/// In replay the header says where the screen is in the recording (its recorded time and how
+/// far into it), not how long ago the sampler handed the sample over; paused, it keeps saying
+/// so rather than an age measured against today.
+#[test]
+fn a_replay_shows_its_position_in_the_recording() {
+    use gpuwatch::source::replay::{ReplayOptions, ReplaySource};
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/h200/leak-to-oom.recording.jsonl");
+    let mut src = ReplaySource::open(
+        &fixture,
+        ReplayOptions {
+            start_at: Some(30.0),
+            ..ReplayOptions::default()
+        },
+    )
+    .expect("the fixture");
+    let info = Arc::new(src.info());
+    let mut st = common::ui_state(Some("alice"), false);
+    let probe = gpuwatch::source::CallProbe::default();
+    let mut last = Instant::now();
+    // 12 samples of 250 ms: the last one is 2.75 s after the 30 s mark.
+    for i in 0..12u64 {
+        last = Instant::now();
+        st.on_frame(frame(&info, i + 1, src.sample(&probe), last));
+    }
+    let header = |st: &mut UiState| {
+        screen(st, 160, 40, fresh(last))
+            .lines()
+            .next()
+            .unwrap_or("")
+            .to_string()
+    };
+    let h = header(&mut st);
+    assert!(
+        h.contains(" · replay · ") && h.contains("at 2026-11-29 18:45:30 UTC · 00:33 of 01:20"),
+        "{h}"
+    );
+    assert!(!h.contains(" ago"), "{h}");
+    st.update(Command::TogglePause);
+    st.on_frame(frame(&info, 13, src.sample(&probe), last));
+    let h = header(&mut st);
+    assert!(h.contains("00:33 of 01:20 · PAUSED (p)"), "{h}");
+    assert!(!h.contains(" ago"), "{h}");
+}

@@ -722,3 +722,46 @@ fn the_demo_header_shows_this_hosts_cpu_memory_and_load() {
     t.keys(&["q"]);
     t.wait_for("exit", |s| s.contains("EXITED rc=0"));
 }
+
+/// `--replay`: the header says where in the recording the screen is (recorded time, elapsed of
+/// the whole), not the sample's age, as the replay plays at its recorded pace.
+#[test]
+fn a_replay_header_shows_the_position_in_the_recording() {
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/h200/leak-to-oom.recording.jsonl");
+    let script = format!(
+        "'{}' --replay '{}'; echo \"EXITED rc=$?\"; sleep 60",
+        gpuwatch_bin(),
+        fixture.display()
+    );
+    let t = Tmux::session(
+        "replaypos",
+        (160, 40),
+        None,
+        Duration::from_secs(30),
+        &script,
+    );
+    let position = |s: &str| -> Option<u64> {
+        let header = s.lines().next()?;
+        let rest = header.split("at 2026-11-29 18:4").nth(1)?;
+        let elapsed = rest.split(" UTC · ").nth(1)?.split(" of 01:20").next()?;
+        let (m, sec) = elapsed.split_once(':')?;
+        Some(m.parse::<u64>().ok()? * 60 + sec.parse::<u64>().ok()?)
+    };
+    let s = t.wait_for("the replay position", |s| {
+        position(s).is_some_and(|p| p >= 1)
+    });
+    let first = position(&s).expect("position");
+    let header = s.lines().next().unwrap_or("");
+    assert!(header.contains(" · replay · "), "{header}");
+    assert!(
+        !header.contains(" ago"),
+        "the position, not the age: {header}"
+    );
+    // It moves with the replay.
+    t.wait_for("the position moving on", |s| {
+        position(s).is_some_and(|p| p >= first + 2)
+    });
+    t.keys(&["q"]);
+    t.wait_for("exit", |s| s.contains("EXITED rc=0"));
+}

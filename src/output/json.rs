@@ -297,6 +297,7 @@ impl Snapshot {
             nvml_version: self.source.nvml_version.clone(),
             detail: format!("{} ({})", self.source.kind, self.source.detail),
             me: None,
+            span: None,
         };
         let gpus = self
             .gpus

@@ -314,6 +314,7 @@ impl GpuSource for ScriptedSource {
             nvml_version: Some(self.scenario.nvml_version.clone()),
             detail: self.name.clone(),
             me: self.scenario.demo_user.clone(),
+            span: None,
         }
     }
 

@@ -6,7 +6,7 @@ use ratatui::style::Style;
 use ratatui::text::{Line, Span};
 
 use super::Context;
-use crate::model::HostSummary;
+use crate::model::{HostSummary, RecordingSpan, SourceKind};
 use crate::tui::state::{Mode, SortKey, UiState};
 
 /// The header: who and what is watched, how fresh the data is.
@@ -46,7 +46,17 @@ pub fn render(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Context) {
     }
     spans.push(Span::raw(format!(" · {}", facts.join(" · "))));
     spans.push(Span::raw(" · "));
-    if ctx.stale(frame) {
+    // What is on screen (older than the newest sample while paused).
+    let shown = state.shown.as_ref().map_or(frame, |f| f);
+    let replay = info.span.filter(|_| info.kind == SourceKind::Replay);
+    if let Some(span) = replay {
+        // A replay's samples are recorded: where in the recording the screen is, not how long
+        // ago the sampler handed the sample over (always a fraction of a second).
+        spans.push(Span::styled(
+            replay_position(&span, shown.sample.taken_at),
+            t.dim(),
+        ));
+    } else if ctx.stale(frame) {
         spans.push(Span::styled(
             format!("STALE {:.0}s", ctx.age(frame).as_secs_f64()),
             t.bad(),
@@ -64,15 +74,19 @@ pub fn render(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Context) {
     }
     if state.paused {
         // What is on screen is older than the newest sample: say how old (it said "sample
-        // 0.0s ago · PAUSED", the newest sample's age, while the screen stood still).
-        let shown = state.shown.as_ref().map_or(frame, |f| f);
+        // 0.0s ago · PAUSED", the newest sample's age, while the screen stood still). A
+        // replay's position says where the screen is already.
         let age = (ctx.now - shown.sample.taken_at).max(0.0);
         spans.push(Span::raw(" · "));
         spans.push(Span::styled(
-            format!(
-                "PAUSED (p): the screen is from {} ago",
-                crate::output::fmt_eta(age)
-            ),
+            if replay.is_some() {
+                "PAUSED (p)".to_string()
+            } else {
+                format!(
+                    "PAUSED (p): the screen is from {} ago",
+                    crate::output::fmt_eta(age)
+                )
+            },
             t.warn(),
         ));
     }
@@ -89,6 +103,20 @@ pub fn render(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Context) {
         spans.extend(host_summary(host, usize::from(area.width), used, t));
     }
     super::draw_lines(f, area, &[Line::from(spans)]);
+}
+
+/// A replay's position: the recorded time of the sample on screen (UTC) and how far into the
+/// recording it is, e.g. `at 2026-11-29 12:01:23 UTC · 01:23 of 10:00`.
+fn replay_position(span: &RecordingSpan, taken_at: f64) -> String {
+    let offset = span.offset(taken_at);
+    let at = crate::times::format_rfc3339(span.start + offset).replacen('T', " ", 1);
+    let at = at.strip_suffix('Z').unwrap_or(&at);
+    let secs = |s: f64| s.max(0.0).round() as u64;
+    format!(
+        "at {at} UTC · {} of {}",
+        crate::output::fmt_elapsed(secs(offset)),
+        crate::output::fmt_elapsed(secs(span.length()))
+    )
 }
 
 /// The host summary's label, the separator of its pieces, and the least gap before it.

@@ -844,9 +844,10 @@ fn exited_holder(input: &Input<'_>, r: &Rules, g: &GpuSample, p: &ProcSample) ->
     if !p.host.exited || p.used_bytes == Some(0) {
         return None;
     }
-    let at = p.host.exited_at?;
+    // A time from a recording or a remote daemon is data: a non-finite one times nothing.
+    let at = p.host.exited_at.filter(|t| t.is_finite())?;
     let gone_for = input.sample.taken_at - at;
-    if gone_for < r.exited_grace.as_secs_f64() {
+    if !gone_for.is_finite() || gone_for < r.exited_grace.as_secs_f64() {
         return None;
     }
     let c = culprit(p, None);

@@ -10,15 +10,19 @@ use std::time::{Duration, Instant};
 
 use common::{Daemon, ScenarioFile, Sleeper, request};
 
-fn get_json(port: u16, path: &str) -> serde_json::Value {
+/// A JSON document from the daemon; `None` before its first sample (503).
+fn get_json(port: u16, path: &str) -> Option<serde_json::Value> {
     let (status, body) = request(port, path, None);
+    if status == 503 && body.contains("no sample yet") {
+        return None;
+    }
     assert_eq!(status, 200, "{body}");
-    serde_json::from_str(&body).expect("json")
+    Some(serde_json::from_str(&body).expect("json"))
 }
 
 /// The process `pid` in the daemon's snapshot, if listed.
 fn process(port: u16, pid: u32) -> Option<serde_json::Value> {
-    let snap = get_json(port, "/api/v1/snapshot");
+    let snap = get_json(port, "/api/v1/snapshot")?;
     snap["gpus"]
         .as_array()?
         .iter()
@@ -27,7 +31,7 @@ fn process(port: u16, pid: u32) -> Option<serde_json::Value> {
 }
 
 fn exited_finding(port: u16, pid: u32) -> Option<serde_json::Value> {
-    get_json(port, "/api/v1/findings")
+    get_json(port, "/api/v1/findings")?
         .as_array()?
         .iter()
         .find(|f| f["id"]["rule"] == "exited-holder" && f["id"]["pid"].as_u64() == Some(pid.into()))

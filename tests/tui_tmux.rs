@@ -765,3 +765,50 @@ fn a_replay_header_shows_the_position_in_the_recording() {
     t.keys(&["q"]);
     t.wait_for("exit", |s| s.contains("EXITED rc=0"));
 }
+
+/// A process the driver still lists after it exited keeps its row on the live dashboard (at
+/// the default interval): `[exited]` before its last command, its user and the `*` of mine,
+/// and, after `detect.exited-grace` (shortened in the config file), the finding that says the
+/// driver still holds its memory.
+#[test]
+fn an_exited_process_keeps_its_row_and_is_reported_on_the_dashboard() {
+    let mut child = Sleeper::spawn();
+    let pid = child.pid();
+    let sc = ScenarioFile::new(&format!(
+        "[[gpu]]\nmemory_total = \"80GiB\"\n[[gpu.process]]\npid = {pid}\nused = \"5GiB\"\n"
+    ));
+    let cfg = sc.dir.path().join("gpuwatch.toml");
+    std::fs::write(&cfg, "[detect]\nexited-grace = \"2s\"\n").expect("config");
+    let env = [
+        ("GPUWATCH_NVML_LIB", fake_nvml().display().to_string()),
+        ("FAKE_NVML_SCENARIO", sc.path.display().to_string()),
+    ];
+    let t = Tmux::start("exited", &env, &format!("--config '{}'", cfg.display()));
+    let row = |s: &str| {
+        s.lines()
+            .find(|l| l.contains(&format!(" {pid} ")) && l.contains("5.0GiB"))
+            .map(str::to_string)
+    };
+    let s = t.wait_for("the live row", |s| {
+        row(s).is_some_and(|r| r.contains("sleep 300"))
+    });
+    let alive = row(&s).expect("row");
+    assert!(alive.starts_with('*'), "mine: {alive}");
+    let _ = child.0.kill();
+    let _ = child.0.wait();
+    let s = t.wait_for("the exited row and its finding", |s| {
+        row(s).is_some_and(|r| r.contains("[exited] sleep 300"))
+            && s.contains(&format!("PID {pid} ("))
+            && s.contains("but the driver still holds 5.0GiB for it on GPU 0")
+    });
+    let gone = row(&s).expect("row");
+    assert!(gone.starts_with('*'), "still mine: {gone}");
+    let user = alive.split_whitespace().nth(3).expect("user");
+    assert_eq!(
+        gone.split_whitespace().nth(3),
+        Some(user),
+        "{alive}\n{gone}"
+    );
+    t.keys(&["q"]);
+    t.wait_for("exit", |s| s.contains("EXITED rc=0"));
+}

@@ -62,6 +62,7 @@ fn bench(c: &mut Criterion) {
             sample: src.sample_at(f64::from(i), now - 59.0 + f64::from(i)),
             published: last,
             interval: Duration::from_secs(1),
+            host: None,
         }));
     }
     st.update(Command::Resize(200, 60));

@@ -75,6 +75,7 @@ fn main() {
             sample: at(back),
             published: last,
             interval: Duration::from_secs(1),
+            host: None,
         }));
     }
     st.update(Command::Resize(W, H));

@@ -240,22 +240,31 @@ pub(crate) fn start(
     headless: bool,
     past: bool,
 ) -> Result<Sampler> {
+    start_with(g, config, start_at, past, cadences(config, headless, false))
+}
+
+/// The dashboard's sampler: with the source's past, and frames that carry this host's CPU,
+/// memory and load for the header (a live or demo source only).
+pub(crate) fn start_dashboard(
+    g: &GlobalArgs,
+    config: &Config,
+    start_at: Option<f64>,
+) -> Result<Sampler> {
+    start_with(g, config, start_at, true, cadences(config, false, true))
+}
+
+fn cadences(config: &Config, headless: bool, host_summary: bool) -> SamplerOptions {
     let interval = config.sampling.interval;
-    start_with(
-        g,
-        config,
-        start_at,
-        past,
-        SamplerOptions {
-            interval,
-            slow_interval: config.sampling.slow_interval,
-            host_interval: if headless {
-                config.sampling.slow_interval.max(HEADLESS_HOST_INTERVAL)
-            } else {
-                interval
-            },
+    SamplerOptions {
+        interval,
+        slow_interval: config.sampling.slow_interval,
+        host_interval: if headless {
+            config.sampling.slow_interval.max(HEADLESS_HOST_INTERVAL)
+        } else {
+            interval
         },
-    )
+        host_summary,
+    }
 }
 
 /// Opens the source and starts the sampler with these cadences.
@@ -284,7 +293,9 @@ pub(crate) fn start_with(
 /// How often a headless daemon refreshes the CPU % and RSS of processes it already knows.
 /// Nothing it exports to Prometheus or feeds the detector uses them (only the JSON snapshot and
 /// the event stream show them), and `/proc` reads are the daemon's largest cost at this scale;
-/// a new PID is still read in full at once.
+/// a new PID is still read in full at once. The same refresh finds a process that exited while
+/// the driver still lists it, so the daemon opens exited-holder up to this much later than
+/// `detect.exited-grace` after the exit (the grace counts from when it was found gone).
 const HEADLESS_HOST_INTERVAL: Duration = Duration::from_secs(30);
 
 pub(crate) fn first_frame(

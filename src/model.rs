@@ -49,6 +49,42 @@ pub struct SourceInfo {
     /// invoking user.
     #[serde(default)]
     pub me: Option<String>,
+    /// A replay's place in its recording (the header shows the position, not the age).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub span: Option<RecordingSpan>,
+}
+
+/// Where a replay's samples lie in their recording: recorded times, seconds since the Unix
+/// epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct RecordingSpan {
+    /// The recording's first sample.
+    pub start: f64,
+    /// Its latest sample.
+    pub end: f64,
+    /// The first sample replayed (`--at`).
+    pub first: f64,
+    /// Looping: each later pass is shifted forward by this many seconds.
+    pub period: Option<f64>,
+}
+
+impl RecordingSpan {
+    /// Seconds from the recording's start to the recorded sample replayed at `taken_at` (a
+    /// later pass of a loop folded back onto the recording), within `[0, end - start]`.
+    pub fn offset(&self, taken_at: f64) -> f64 {
+        let t = match self.period {
+            Some(p) if p > 0.0 && taken_at > self.end => {
+                self.first + (taken_at - self.first).rem_euclid(p)
+            }
+            _ => taken_at,
+        };
+        (t - self.start).clamp(0.0, (self.end - self.start).max(0.0))
+    }
+
+    /// How long the recording is, seconds.
+    pub fn length(&self) -> f64 {
+        (self.end - self.start).max(0.0)
+    }
 }
 
 /// Type of GPU context a process holds, as nvidia-smi prints it.
@@ -97,21 +133,44 @@ pub struct HostProc {
     pub ppid: Option<u32>,
     /// Container id (short) or Kubernetes pod, from `/proc/PID/cgroup`.
     pub container: Option<String>,
+    /// The process left `/proc` while the driver still lists it (the classic zombie holding
+    /// VRAM): `visible` is false and the facts above are the last ones gpuwatch read while it
+    /// was there (CPU % and RSS unknown). Absent in older recordings (false).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub exited: bool,
+    /// With `exited`: when gpuwatch first found it gone, seconds since the Unix epoch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exited_at: Option<f64>,
 }
 
+/// What tables show in front of the last known command of an exited process.
+pub const EXITED_MARK: &str = "[exited]";
+
 impl HostProc {
-    /// The command line as tables show it: the full command, else the name; for a PID this
-    /// host cannot see, a note saying so.
+    /// The command line as tables show it: the full command, else the name; for a process
+    /// that exited while the driver still lists it, its last known command after
+    /// [`EXITED_MARK`]; for a PID this host never saw, a note saying so.
     pub fn display_command(&self) -> String {
-        if self.visible {
+        let command = || {
             self.command
                 .clone()
                 .filter(|c| !c.is_empty())
                 .or_else(|| self.name.clone())
                 .unwrap_or_else(|| "-".to_string())
+        };
+        if self.visible {
+            command()
+        } else if self.exited {
+            format!("{EXITED_MARK} {}", command())
         } else {
             "(not visible here: other PID namespace)".to_string()
         }
+    }
+
+    /// Whether these facts name the process: this host sees it now, or saw it before it
+    /// exited (its user, command and parent are then the last known ones).
+    pub fn known(&self) -> bool {
+        self.visible || self.exited
     }
 }
 
@@ -315,6 +374,30 @@ impl Sample {
     }
 }
 
+/// This host's CPU, memory, swap and load when a frame was published: the dashboard's header
+/// line ([`crate::source::hostsummary`]). Bytes; CPU in percent of all CPUs.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct HostSummary {
+    /// Busy share of all CPUs since the previous reading, 0–100; `None` on the first reading.
+    pub cpu_percent: Option<f32>,
+    pub memory_total: u64,
+    /// Memory available without swapping (`MemAvailable`).
+    pub memory_available: u64,
+    pub swap_total: u64,
+    pub swap_used: u64,
+    /// The 1, 5 and 15-minute load averages; `None` when unreadable.
+    pub load: Option<[f64; 3]>,
+    /// Logical CPUs (what the load is read against).
+    pub cpus: usize,
+}
+
+impl HostSummary {
+    /// Memory in use: total − available (what `free` calls used, page cache excluded).
+    pub fn memory_used(&self) -> u64 {
+        self.memory_total.saturating_sub(self.memory_available)
+    }
+}
+
 /// What consumers receive: a sample, plus when it was published here.
 #[derive(Debug, Clone)]
 pub struct Frame {
@@ -326,6 +409,9 @@ pub struct Frame {
     pub published: Instant,
     /// The fast cadence interval, to judge staleness.
     pub interval: Duration,
+    /// This host's CPU, memory and load when the frame was published: only for the dashboard
+    /// of a live GPU or a demo (`None` for a replay, a remote daemon, and other front ends).
+    pub host: Option<HostSummary>,
 }
 
 impl Frame {
@@ -342,10 +428,12 @@ impl Frame {
                 nvml_version: None,
                 detail: String::new(),
                 me: None,
+                span: None,
             }),
             sample,
             published: Instant::now(),
             interval,
+            host: None,
         })
     }
 
@@ -431,6 +519,73 @@ mod tests {
         g.sort_processes();
         let order: Vec<u32> = g.processes.iter().map(|p| p.pid).collect();
         assert_eq!(order, vec![2, 1, 3]);
+    }
+
+    #[test]
+    fn an_exited_process_shows_its_last_command_and_a_stranger_says_so() {
+        let mut h = HostProc {
+            visible: true,
+            name: Some("python".into()),
+            command: Some("python train.py".into()),
+            user: Some("alice".into()),
+            ..HostProc::default()
+        };
+        assert_eq!(h.display_command(), "python train.py");
+        assert!(h.known());
+        h.visible = false;
+        h.exited = true;
+        assert_eq!(h.display_command(), "[exited] python train.py");
+        assert!(h.known());
+        h.command = None;
+        assert_eq!(h.display_command(), "[exited] python");
+        let stranger = HostProc::default();
+        assert_eq!(
+            stranger.display_command(),
+            "(not visible here: other PID namespace)"
+        );
+        assert!(!stranger.known());
+    }
+
+    /// A recording written before `exited` existed loads (not exited), and an exited process
+    /// round-trips.
+    #[test]
+    fn exited_is_optional_in_recordings() {
+        let old = r#"{"visible":false,"name":null,"command":null,"user":null,"uid":null,"cpu_percent":null,"rss_bytes":null,"start_time":null,"ppid":null,"container":null}"#;
+        let h: HostProc = serde_json::from_str(old).expect("an old host record");
+        assert!(!h.exited && h.exited_at.is_none());
+        assert!(!serde_json::to_string(&h).expect("json").contains("exited"));
+        let gone = HostProc {
+            exited: true,
+            exited_at: Some(1_800_000_000.5),
+            command: Some("python train.py".into()),
+            ..HostProc::default()
+        };
+        let text = serde_json::to_string(&gone).expect("json");
+        assert_eq!(serde_json::from_str::<HostProc>(&text).expect("back"), gone);
+    }
+
+    /// A replay's offset in its recording: as recorded on the first pass, folded back onto the
+    /// recording on later passes of a loop, never outside it.
+    #[test]
+    fn a_replays_offset_folds_loops_back_onto_the_recording() {
+        let span = RecordingSpan {
+            start: 1000.0,
+            end: 1080.0,
+            first: 1030.0,
+            period: None,
+        };
+        assert!((span.length() - 80.0).abs() < 1e-9);
+        assert!((span.offset(1042.5) - 42.5).abs() < 1e-9);
+        assert!((span.offset(2000.0) - 80.0).abs() < 1e-9, "clamped");
+        assert!(span.offset(900.0).abs() < 1e-9, "clamped");
+        // Looping from 30 s: a pass of 50 s plus one 1-s interval; the second pass's 1081.0
+        // (shifted by 51 s) is the recording's 1030.0.
+        let looped = RecordingSpan {
+            period: Some(51.0),
+            ..span
+        };
+        assert!((looped.offset(1081.0) - 30.0).abs() < 1e-9);
+        assert!((looped.offset(1081.0 + 51.0 + 5.0) - 35.0).abs() < 1e-9);
     }
 
     #[test]

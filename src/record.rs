@@ -64,7 +64,11 @@ impl Header {
         Self {
             format: FORMAT.to_owned(),
             version: VERSION,
-            source: source.clone(),
+            // A replay's place in its own recording means nothing in this one.
+            source: SourceInfo {
+                span: None,
+                ..source.clone()
+            },
             interval_ms: u64::try_from(interval.as_millis()).unwrap_or(u64::MAX),
             started_at,
         }
@@ -620,6 +624,7 @@ mod tests {
             nvml_version: None,
             detail: "libnvidia-ml.so.1".into(),
             me: None,
+            span: None,
         }
     }
 

@@ -273,6 +273,8 @@ pub fn frame_from_json(text: &str) -> Result<Frame, String> {
             .map_or(Duration::from_secs(1), |s| {
                 Duration::from_secs_f64(s.min(3600.0))
             }),
+        // The daemon's host is not this one, and its snapshot carries no host summary.
+        host: None,
     })
 }
 
@@ -463,10 +465,12 @@ mod tests {
                 nvml_version: None,
                 detail: "libnvidia-ml.so.1".into(),
                 me: None,
+                span: None,
             }),
             sample: sample.clone(),
             published: Instant::now(),
             interval: Duration::from_millis(250),
+            host: None,
         };
         let doc = crate::output::json::snapshot(&frame, &[], &|_| false, 1_764_000_200);
         let text = serde_json::to_string(&doc).unwrap();

@@ -20,7 +20,8 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
-use crate::model::{Frame, HostProc, Sample, SlowReadings, SourceInfo};
+use crate::model::{Frame, HostProc, Sample, SlowReadings, SourceInfo, SourceKind};
+use crate::source::hostsummary::HostSummaryReader;
 use crate::source::procinfo::{Handover, ProcInfo};
 use crate::source::{CallProbe, GpuSource, InFlight};
 
@@ -36,6 +37,10 @@ pub struct SamplerOptions {
     /// the fast cadence; a headless daemon is content with the slow one (`/proc` costs tens of
     /// µs per PID).
     pub host_interval: Duration,
+    /// Whether frames carry this host's CPU, memory and load ([`crate::model::HostSummary`],
+    /// read at most once a second on the fast thread): the dashboard's header line. Only for
+    /// a live or demo source, whose host is this machine.
+    pub host_summary: bool,
 }
 
 impl Default for SamplerOptions {
@@ -44,6 +49,7 @@ impl Default for SamplerOptions {
             interval: Duration::from_secs(1),
             slow_interval: Duration::from_secs(10),
             host_interval: Duration::from_secs(1),
+            host_summary: false,
         }
     }
 }
@@ -171,6 +177,7 @@ impl Sampler {
         let fast_stop = Arc::clone(&stop);
         let fast_probe = probe.clone();
         let fast_info = Arc::clone(&info);
+        let mut summary = summary_reader(options, info.kind);
         threads.push(
             std::thread::Builder::new()
                 .name("gpuwatch-sampler".into())
@@ -181,12 +188,14 @@ impl Sampler {
                         let started = Instant::now();
                         let sample = collector.collect(&fast_probe);
                         seq += 1;
+                        let published = Instant::now();
                         let frame = Frame {
                             seq,
                             source: Arc::clone(&fast_info),
                             sample,
-                            published: Instant::now(),
+                            published,
                             interval: options.interval,
+                            host: summary.as_mut().map(|s| s.read(published)),
                         };
                         let frame = Arc::new(frame);
                         let _ = fast_first.set(Arc::clone(&frame));
@@ -302,6 +311,15 @@ impl Drop for Sampler {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// The reader of this host's summary when `options` ask for it and the source's host is this
+/// machine (a live GPU or a demo; a replay's is not).
+fn summary_reader(options: SamplerOptions, kind: SourceKind) -> Option<HostSummaryReader> {
+    let here = matches!(kind, SourceKind::Live | SourceKind::Demo);
+    (options.host_summary && here)
+        .then(HostSummaryReader::new)
+        .flatten()
 }
 
 /// Why no first frame arrived.
@@ -515,6 +533,21 @@ fn merge_slow(map: &SlowMap, sample: &mut Sample) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The host summary is this machine's: read for a live GPU or a demo when asked, never for
+    /// a replay (whose host is the recording's).
+    #[test]
+    fn only_sources_on_this_host_get_a_host_summary() {
+        let asked = SamplerOptions {
+            host_summary: true,
+            ..SamplerOptions::default()
+        };
+        assert!(summary_reader(asked, SourceKind::Live).is_some());
+        assert!(summary_reader(asked, SourceKind::Demo).is_some());
+        assert!(summary_reader(asked, SourceKind::Replay).is_none());
+        assert!(summary_reader(asked, SourceKind::Remote).is_none());
+        assert!(summary_reader(SamplerOptions::default(), SourceKind::Live).is_none());
+    }
 
     /// Over five cycles with a focus, the focused PID is refreshed on each, the other once (and
     /// kept, not forgotten, in between); without a focus both are refreshed on each.

@@ -144,12 +144,13 @@ impl WatchSpec {
                 if pid == *root {
                     return true;
                 }
-                // Ancestry is only meaningful for processes this host can see.
-                proc.visible && is_descendant(pid, proc.ppid, *root, parent_of)
+                // Ancestry is only meaningful for processes this host can see (or saw before
+                // they exited).
+                proc.known() && is_descendant(pid, proc.ppid, *root, parent_of)
             }
-            WatchSpec::User(name) => proc.visible && user_matches(proc, name),
+            WatchSpec::User(name) => proc.known() && user_matches(proc, name),
             WatchSpec::Cmd(re) => {
-                if !proc.visible {
+                if !proc.known() {
                     return false;
                 }
                 match (proc.command.as_deref(), proc.name.as_deref()) {
@@ -254,7 +255,8 @@ impl WatchSet {
 
     /// Whether process `pid` (host facts `proc`) is in the watched set. `parent_of` gives the
     /// parent of a PID, for `pid:N` specs that watch a whole tree. A process the host cannot
-    /// see (`proc.visible == false`) matches only a `pid:N` naming it exactly.
+    /// see and never saw (`proc.known() == false`) matches only a `pid:N` naming it exactly; one
+    /// that exited is matched on its last known facts.
     pub fn matches(
         &self,
         proc: &HostProc,
@@ -263,7 +265,7 @@ impl WatchSet {
     ) -> bool {
         if self.specs.is_empty() {
             return match &self.default_user {
-                Some(user) => proc.visible && proc.user.as_deref() == Some(user.as_str()),
+                Some(user) => proc.known() && proc.user.as_deref() == Some(user.as_str()),
                 None => false,
             };
         }
@@ -444,6 +446,25 @@ mod tests {
             3,
             &no_parents
         ));
+    }
+
+    /// A process that exited while the driver still lists it keeps its last known user,
+    /// command and parent: it stays mine under every kind of spec.
+    #[test]
+    fn exited_processes_match_on_their_last_known_facts() {
+        let mut gone = host("alice", "python", Some("python train.py"), Some(10));
+        gone.visible = false;
+        gone.exited = true;
+        let parents = |p: u32| (p == 10).then_some(1);
+        for set in [
+            WatchSet::new(vec![], Some("alice".into())),
+            WatchSet::new(vec![spec("user:alice")], None),
+            WatchSet::new(vec![spec("cmd:train")], None),
+            WatchSet::new(vec![WatchSpec::Pid(10)], None),
+        ] {
+            assert!(set.matches(&gone, 3, &parents), "{set}");
+        }
+        assert!(!WatchSet::new(vec![], Some("bob".into())).matches(&gone, 3, &parents));
     }
 
     #[test]

@@ -500,3 +500,65 @@ fn an_open_filling_up_names_a_new_driver_within_seconds_and_drops_one_that_left_
     assert_eq!(pids.len(), 2, "{pids:?}");
     assert!(pids.contains(&11) && pids.contains(&13), "{pids:?}");
 }
+
+/// At 1 Hz and the default grace (30 s): a process that exits at t = 10 while the driver keeps
+/// listing its 5 GiB opens exited-holder at t = 40, not before, naming it with its last known
+/// user and command; it resolves when the driver stops listing the PID (t = 70). A process
+/// that exits and leaves the list within the grace, and one that was never seen in `/proc`,
+/// open nothing.
+#[test]
+fn an_exited_process_the_driver_still_lists_is_reported_after_the_grace() {
+    let run = run(
+        &format!(
+            "{GPU}[[gpu.process]]\npid = 10\nused = \"5GiB\"\nsm = 0\nend = 70\nhost = {{ user = \"alice\", command = \"python train.py --lr 1\", exited = 10 }}\n\
+             [[gpu.process]]\npid = 11\nused = \"3GiB\"\nend = 25\nhost = {{ user = \"bob\", command = \"python eval.py\", exited = 20 }}\n\
+             [[gpu.process]]\npid = 12\nused = \"2GiB\"\nhost = {{ hidden = true }}\n"
+        ),
+        90,
+    );
+    let opened = run.opened(RuleKind::ExitedHolder);
+    assert_eq!(opened.len(), 1, "{:?}", run.events);
+    let (t, f) = opened[0];
+    assert!((t - 40.0).abs() < 1e-9, "opened at {t}");
+    assert_eq!(f.id.pid, Some(10));
+    assert_eq!(f.bytes, Some(5 << 30));
+    assert_eq!(f.severity, gpuwatch::detect::Severity::Warning);
+    assert_eq!(
+        f.summary,
+        "PID 10 (alice: python) exited 30 s ago but the driver still holds 5.0GiB for it on GPU 0"
+    );
+    assert_eq!(
+        f.culprits[0].command.as_deref(),
+        Some("python train.py --lr 1")
+    );
+    assert!(
+        (f.since - (T0 + 10.0)).abs() < 1e-6,
+        "since the exit: {}",
+        f.since
+    );
+    assert_eq!(run.resolved(RuleKind::ExitedHolder), vec![70.0]);
+}
+
+/// `detect.exited-grace` is the rule's wait: at 5 s the same exit opens at t = 15.
+#[test]
+fn the_exited_grace_is_the_rules_wait() {
+    let rules = Rules {
+        exited_grace: Duration::from_secs(5),
+        ..Rules::default()
+    };
+    let run = run_with(
+        &format!(
+            "{GPU}[[gpu.process]]\npid = 10\nused = \"5GiB\"\nhost = {{ user = \"alice\", exited = 10 }}\n"
+        ),
+        30,
+        Duration::from_mins(15),
+        &rules,
+    );
+    let opened = run.opened(RuleKind::ExitedHolder);
+    assert_eq!(opened.len(), 1, "{:?}", run.events);
+    assert!(
+        (opened[0].0 - 15.0).abs() < 1e-9,
+        "opened at {}",
+        opened[0].0
+    );
+}

@@ -38,6 +38,7 @@ fn frame(used_gib: u64, total_gib: u64) -> Frame {
         sample: src.sample_at(0.0, NOW),
         published: Instant::now(),
         interval: Duration::from_secs(1),
+        host: None,
     }
 }
 

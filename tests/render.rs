@@ -21,6 +21,7 @@ fn frame(source: &ScriptedSource, t: f64) -> Frame {
         sample: source.sample_at(t, NOW as f64),
         published: Instant::now(),
         interval: Duration::from_secs(1),
+        host: None,
     }
 }
 

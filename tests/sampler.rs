@@ -20,6 +20,7 @@ fn fast() -> SamplerOptions {
         interval: Duration::from_millis(100),
         slow_interval: Duration::from_secs(1),
         host_interval: Duration::from_millis(100),
+        host_summary: false,
     }
 }
 
@@ -104,6 +105,7 @@ fn dropping_the_sampler_stops_it_promptly() {
             interval: Duration::from_mins(1),
             slow_interval: Duration::from_mins(1),
             host_interval: Duration::from_mins(1),
+            host_summary: false,
         },
     )
     .expect("spawn");
@@ -122,4 +124,35 @@ fn dropping_the_sampler_stops_it_promptly() {
     });
     assert!(closed.is_ok(), "channel closed within 2 s");
     assert!(started.elapsed() < Duration::from_secs(2));
+}
+
+/// Asked for (the dashboard), a demo's frames carry this host's memory, swap and load; other
+/// front ends' frames carry none.
+#[test]
+fn the_dashboards_frames_carry_this_hosts_summary() {
+    let rt = runtime();
+    for asked in [true, false] {
+        let sampler = Sampler::spawn(
+            source("[[gpu]]\nmemory_total = \"8GiB\"\n"),
+            SamplerOptions {
+                host_summary: asked,
+                ..fast()
+            },
+        )
+        .expect("spawn");
+        let frame = rt
+            .block_on(sampler.first_frame(Duration::from_secs(5)))
+            .expect("a frame");
+        match frame.host {
+            Some(h) => {
+                assert!(asked);
+                assert!(
+                    h.memory_total > 0 && h.memory_used() <= h.memory_total,
+                    "{h:?}"
+                );
+                assert!(h.load.is_some(), "{h:?}");
+            }
+            None => assert!(!asked, "asked, yet no host summary"),
+        }
+    }
 }

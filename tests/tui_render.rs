@@ -68,6 +68,7 @@ fn frame(
         sample,
         published,
         interval: Duration::from_secs(1),
+        host: None,
     })
 }
 
@@ -631,6 +632,12 @@ fn no_gpu_fact_is_cut_at_the_common_sizes() {
             .take_while(|l| !(l.contains(" PID ") && l.contains("GPU-MEM")))
             .collect();
         assert!(!panels.is_empty(), "{w}x{h}: no panels\n{text}");
+        // The header's pieces are left out whole, the findings count kept ("… ago ·" was cut).
+        let header = text.lines().next().unwrap_or("");
+        assert!(
+            header.contains(" findings") && !header.ends_with('·') && !header.contains('…'),
+            "{w}x{h}: the header {header:?}"
+        );
         for l in &panels {
             assert!(
                 !l.contains('…'),
@@ -824,4 +831,168 @@ fn the_sort_arrow_never_cuts_a_column_header() {
     st.update(Command::SortBy(SortKey::Gpu));
     let text = screen(&mut st, 160, 40, fresh(last));
     assert!(text.contains(" GPU↑     PID"), "{text}");
+}
+
+/// The demo fed with frames that carry this host summary (as the dashboard's sampler makes
+/// them for a live GPU or a demo).
+fn fed_with_host(host: gpuwatch::model::HostSummary) -> (UiState, Instant) {
+    let src = demo();
+    let info = Arc::new(src.info());
+    let mut st = common::ui_state(Some("alice"), false);
+    let mut last = Instant::now();
+    for i in 0..3u32 {
+        let back = 2.0 - f64::from(i);
+        last = Instant::now();
+        st.on_frame(Arc::new(Frame {
+            seq: u64::from(i) + 1,
+            source: Arc::clone(&info),
+            sample: src.sample_at(DEMO_START - back, NOW - back),
+            published: last,
+            interval: Duration::from_secs(1),
+            host: Some(host),
+        }));
+    }
+    (st, last)
+}
+
+const GIB: u64 = 1 << 30;
+
+fn host(mem_used_gib: u64, swap_used_gib: u64) -> gpuwatch::model::HostSummary {
+    gpuwatch::model::HostSummary {
+        cpu_percent: Some(37.4),
+        memory_total: 256 * GIB,
+        memory_available: (256 - mem_used_gib) * GIB,
+        swap_total: 8 * GIB,
+        swap_used: swap_used_gib * GIB,
+        load: Some([12.5, 9.75, 8.0]),
+        cpus: 64,
+    }
+}
+
+/// The header's host summary: right-aligned after the header's facts at 200 columns; at 160
+/// and 120 the pieces that do not fit are left out whole (load, then swap, then CPU; memory
+/// last), never cut; at 80 there is no room.
+#[test]
+fn the_header_shows_the_host_summary_and_drops_whole_pieces() {
+    let (mut st, last) = fed_with_host(host(60, 0));
+    let header = |st: &mut UiState, w: u16| {
+        screen(st, w, 40, fresh(last))
+            .lines()
+            .next()
+            .unwrap_or("")
+            .to_string()
+    };
+    let wide = header(&mut st, 200);
+    insta::assert_snapshot!(wide);
+    assert!(
+        wide.ends_with(
+            "host CPU 37% · mem 60.0GiB/256.0GiB · swap 0MiB/8.0GiB · load 12.50 9.75 8.00"
+        ),
+        "{wide}"
+    );
+    assert_eq!(wide.chars().count(), 200, "right-aligned: {wide}");
+    for w in [160u16, 120] {
+        let h = header(&mut st, w);
+        assert!(h.chars().count() <= usize::from(w), "{h}");
+        assert!(!h.contains('…'), "no piece is cut: {h}");
+        let summary = h
+            .split("host ")
+            .nth(1)
+            .unwrap_or_else(|| panic!("{w}: {h}"));
+        assert!(
+            summary.contains("mem 60.0GiB/256.0GiB"),
+            "{w}: memory first: {h}"
+        );
+        // What is left out goes in rank order: load, then swap, then CPU.
+        let kept = ["CPU", "swap", "load"].map(|p| summary.contains(p));
+        assert!(kept[0] >= kept[1] && kept[1] >= kept[2], "{w}: {h}");
+    }
+    assert!(
+        !header(&mut st, 80).contains("host "),
+        "no room at 80 columns"
+    );
+}
+
+/// Host memory nearly full is coloured as a GPU's memory bar would be (warning at 90 %,
+/// critical at 97 %), and swap with it while it is in use; with plenty free neither is.
+#[test]
+fn nearly_full_host_memory_is_coloured() {
+    use ratatui::style::Color;
+    let colour_of = |h: gpuwatch::model::HostSummary, needle: &str| {
+        let (mut st, last) = fed_with_host(h);
+        st.update(Command::Resize(200, 40));
+        let ctx = Context {
+            now: NOW,
+            mono: fresh(last),
+            theme: Theme::new(true),
+        };
+        let mut term = Terminal::new(TestBackend::new(200, 40)).expect("terminal");
+        term.draw(|f| render(f, &st, &ctx)).expect("draw");
+        let buf = term.backend().buffer();
+        let line: String = (0..200).map(|x| buf[(x, 0)].symbol().to_string()).collect();
+        let at = line
+            .find(needle)
+            .unwrap_or_else(|| panic!("{needle} in {line}"));
+        let x = u16::try_from(line[..at].chars().count()).expect("column");
+        buf[(x, 0)].fg
+    };
+    assert_eq!(colour_of(host(60, 1), "mem "), Color::Reset);
+    assert_eq!(colour_of(host(60, 1), "swap "), Color::Reset);
+    assert_eq!(colour_of(host(235, 1), "mem "), Color::Yellow, "92 % used");
+    assert_eq!(
+        colour_of(host(235, 1), "swap "),
+        Color::Yellow,
+        "swapping under pressure"
+    );
+    assert_eq!(colour_of(host(250, 1), "mem "), Color::Red, "98 % used");
+    assert_eq!(
+        colour_of(host(235, 8), "swap "),
+        Color::Red,
+        "swap full too"
+    );
+}
+
+/// In replay the header says where the screen is in the recording (its recorded time and how
+/// far into it), not how long ago the sampler handed the sample over; paused, it keeps saying
+/// so rather than an age measured against today.
+#[test]
+fn a_replay_shows_its_position_in_the_recording() {
+    use gpuwatch::source::replay::{ReplayOptions, ReplaySource};
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/h200/leak-to-oom.recording.jsonl");
+    let mut src = ReplaySource::open(
+        &fixture,
+        ReplayOptions {
+            start_at: Some(30.0),
+            ..ReplayOptions::default()
+        },
+    )
+    .expect("the fixture");
+    let info = Arc::new(src.info());
+    let mut st = common::ui_state(Some("alice"), false);
+    let probe = gpuwatch::source::CallProbe::default();
+    let mut last = Instant::now();
+    // 12 samples of 250 ms: the last one is 2.75 s after the 30 s mark.
+    for i in 0..12u64 {
+        last = Instant::now();
+        st.on_frame(frame(&info, i + 1, src.sample(&probe), last));
+    }
+    let header = |st: &mut UiState| {
+        screen(st, 160, 40, fresh(last))
+            .lines()
+            .next()
+            .unwrap_or("")
+            .to_string()
+    };
+    let h = header(&mut st);
+    assert!(
+        h.contains(" · replay · ") && h.contains("at 2026-11-29 18:45:30 UTC · 00:33 of 01:20"),
+        "{h}"
+    );
+    assert!(!h.contains(" ago"), "{h}");
+    st.update(Command::TogglePause);
+    st.on_frame(frame(&info, 13, src.sample(&probe), last));
+    let h = header(&mut st);
+    assert!(h.contains("00:33 of 01:20 · PAUSED (p)"), "{h}");
+    assert!(!h.contains(" ago"), "{h}");
 }

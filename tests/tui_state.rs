@@ -22,6 +22,7 @@ fn frame(src: &ScriptedSource, seq: u64, t: f64, kind: SourceKind) -> Arc<Frame>
         sample: src.sample_at(t, 1_795_953_600.0 + t),
         published: Instant::now(),
         interval: Duration::from_secs(1),
+        host: None,
     })
 }
 
@@ -49,7 +50,7 @@ fn sorting_cycles_reverses_and_keeps_the_selection() {
     st.update(Command::Down);
     let chosen = st.selected_row().map(|(_, p)| p.pid);
     st.update(Command::SortBy(SortKey::Pid));
-    assert_eq!(pids(&st), vec![2101, 2207, 2350, 3011, 4120, 91234]);
+    assert_eq!(pids(&st), vec![2101, 2161, 2207, 2350, 3011, 4120, 91234]);
     assert_eq!(
         st.selected_row().map(|(_, p)| p.pid),
         chosen,
@@ -109,7 +110,8 @@ fn each_gpus_unattributed_row_follows_its_last_process() {
             }
         })
         .collect();
-    // By memory: GPU 3's two processes, GPU 0's last one is the hidden 4 GiB holder.
+    // By memory: GPU 3's two processes; GPU 0's last one is the hidden 4 GiB holder, after
+    // alice's exited 6 GiB run.
     assert_eq!(
         rows,
         [
@@ -119,6 +121,7 @@ fn each_gpus_unattributed_row_follows_its_last_process() {
             "3:unattributed",
             "0:2101",
             "2:3011",
+            "0:2161",
             "0:91234",
             "0:unattributed"
         ]
@@ -130,9 +133,9 @@ fn navigation_stays_in_bounds_and_the_mouse_selects() {
     let (mut st, _) = demo_state(SourceKind::Demo);
     // Six processes and two GPUs' unattributed rows.
     st.update(Command::End);
-    assert_eq!(st.selected, 7);
+    assert_eq!(st.selected, 8);
     st.update(Command::Down);
-    assert_eq!(st.selected, 7);
+    assert_eq!(st.selected, 8);
     assert!(
         st.selected_row().is_none(),
         "an unattributed row is no process"
@@ -141,7 +144,7 @@ fn navigation_stays_in_bounds_and_the_mouse_selects() {
     st.update(Command::Up);
     assert_eq!(st.selected, 0);
     st.update(Command::PageDown);
-    assert_eq!(st.selected, 7);
+    assert_eq!(st.selected, 8);
     // A click on the third process row selects it.
     let body = st.layout().table_rows;
     st.update(Command::Click(body.x + 5, body.y + 2));
@@ -193,7 +196,7 @@ fn filter_gpu_choice_and_back() {
     let (mut st, _) = demo_state(SourceKind::Demo);
     st.update(Command::CycleGpu);
     assert_eq!(st.gpu_filter, Some(0));
-    assert!(pids(&st).iter().all(|p| [2101, 91234].contains(p)));
+    assert!(pids(&st).iter().all(|p| [2101, 2161, 91234].contains(p)));
     st.update(Command::Back);
     assert_eq!(st.gpu_filter, None);
     st.update(Command::FilterStart);
@@ -202,7 +205,7 @@ fn filter_gpu_choice_and_back() {
     }
     assert_eq!(pids(&st), vec![3011], "case-insensitive over the user");
     st.update(Command::FilterCancel);
-    assert_eq!(pids(&st).len(), 6);
+    assert_eq!(pids(&st).len(), 7);
     // Ctrl-U erases what was typed and editing goes on.
     st.update(Command::FilterStart);
     for c in "carol".chars() {
@@ -210,7 +213,7 @@ fn filter_gpu_choice_and_back() {
     }
     st.update(Command::FilterErase);
     assert!(st.filter.is_empty() && st.filter_editing);
-    assert_eq!(pids(&st).len(), 6);
+    assert_eq!(pids(&st).len(), 7);
     st.update(Command::FilterInput('c'));
     assert_eq!(st.filter, "c");
 }
@@ -257,6 +260,40 @@ fn kill_asks_then_sends_term_then_kill() {
     );
     st.update(Command::Back);
     assert!(st.kill.is_none());
+}
+
+/// The demo's exited process (alice's earlier run, whose memory the driver still holds) keeps
+/// its user, command and mine mark; the kill dialog says there is nothing left to signal, and
+/// neither `y` nor `9` yields a signal although its start time is known.
+#[test]
+fn an_exited_process_keeps_its_identity_and_is_never_signalled() {
+    let (mut st, _) = demo_state(SourceKind::Live);
+    while st.selected_row().map(|(_, p)| p.pid) != Some(2161) {
+        st.update(Command::Down);
+    }
+    let (_, p) = st.selected_row().expect("row");
+    assert!(p.host.exited && !p.host.visible, "{:?}", p.host);
+    assert_eq!(p.host.user.as_deref(), Some("alice"));
+    assert!(
+        p.host
+            .display_command()
+            .starts_with("[exited] python train.py"),
+        "{}",
+        p.host.display_command()
+    );
+    assert!(p.host.start_time.is_some());
+    let p = p.clone();
+    assert!(st.is_watched(&p), "still mine");
+    st.update(Command::Kill);
+    let k = st.kill.clone().expect("dialog");
+    assert_eq!(k.pid, 2161);
+    assert!(
+        matches!(&k.stage, KillStage::Failed(m) if m.starts_with("PID 2161 has exited: no process is left to signal")),
+        "{:?}",
+        k.stage
+    );
+    assert_eq!(st.update(Command::Confirm), Effect::None);
+    assert_eq!(st.update(Command::ConfirmKill), Effect::None);
 }
 
 /// A row without a start time (the PID is not visible in this PID namespace) can't be tied to

@@ -271,6 +271,8 @@ fn the_remote_dashboard_follows_a_daemon_and_says_when_it_is_gone() {
         screen.contains("remote") && screen.contains(&format!("127.0.0.1:{}", daemon.port)),
         "{screen}"
     );
+    // The daemon's host is not this one: no host summary in the header.
+    assert!(!screen.contains("host mem"), "{screen}");
     // The daemon goes away: the header says since when and why, and the dashboard stays up.
     drop(daemon);
     let screen = t.wait_for("the disconnected state", |s| {
@@ -622,6 +624,7 @@ fn rule_of(line: &str) -> Option<&'static str> {
         ("leak suspected", "leak-suspected"),
         ("external memory on GPU", "external-pressure"),
         ("has not used the GPU for", "idle-holder"),
+        ("but the driver still holds", "exited-holder"),
     ]
     .iter()
     .find(|(words, _)| line.contains(words))
@@ -921,10 +924,11 @@ fn the_demo_tree_shows_users_and_command_lines_and_collapses() {
         bob.contains("python eval.py --model llama-70b --batch-size 64"),
         "{bob}"
     );
-    // Home: the first root, 2101's parent; `-` hides 2101.
+    // The third line: 2101's parent, a root, after the exited run 2161 and its parent; `-`
+    // hides 2101.
     let parent = line_of(&s, "2088");
     assert!(!parent.contains("└─"), "a root: {parent}");
-    t.keys(&["Home", "-"]);
+    t.keys(&["Home", "Down", "Down", "-"]);
     let s = t.wait_for("the collapsed parent", |s| s.contains("[+1]"));
     assert!(line_of(&s, "2088").contains("[+1]"), "{s}");
     assert!(!s.contains(" 2101 "), "the child is hidden:\n{s}");
@@ -964,4 +968,136 @@ fn the_help_scrolls_to_its_last_key_at_80x24() {
     t.keys(&["q"]);
     let s = t.wait_for("exit", |s| s.contains("EXITED"));
     assert!(s.contains("EXITED rc=0"), "{s}");
+}
+
+/// The demo's header carries this machine's host summary (the demo's GPUs are simulated on it):
+/// CPU %, memory used of this host's total (as `/proc/meminfo` says), swap and load.
+#[test]
+fn the_demo_header_shows_this_hosts_cpu_memory_and_load() {
+    let total_kib: u64 = std::fs::read_to_string("/proc/meminfo")
+        .expect("meminfo")
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .expect("MemTotal");
+    let total = gpuwatch::output::fmt_bytes(total_kib * 1024);
+    let script = format!(
+        "'{}' --demo; echo \"EXITED rc=$?\"; sleep 60",
+        gpuwatch_bin()
+    );
+    let t = Tmux::session(
+        "hostline",
+        (200, 50),
+        None,
+        Duration::from_secs(30),
+        &script,
+    );
+    let s = t.wait_for("the host summary", |s| {
+        s.lines()
+            .next()
+            .is_some_and(|h| h.contains("host CPU ") && h.contains(" · load "))
+    });
+    let header = s.lines().next().unwrap_or("");
+    assert!(
+        header.starts_with("gpuwatch · demo-node · demo"),
+        "{header}"
+    );
+    let summary = header.split("host CPU ").nth(1).expect("summary");
+    assert!(
+        summary.contains(&format!("GiB/{total}")) || summary.contains(&format!("MiB/{total}")),
+        "this host's {total} of memory: {header}"
+    );
+    assert!(summary.contains("% · mem "), "{header}");
+    t.keys(&["q"]);
+    t.wait_for("exit", |s| s.contains("EXITED rc=0"));
+}
+
+/// `--replay`: the header says where in the recording the screen is (recorded time, elapsed of
+/// the whole), not the sample's age, as the replay plays at its recorded pace.
+#[test]
+fn a_replay_header_shows_the_position_in_the_recording() {
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/h200/leak-to-oom.recording.jsonl");
+    let script = format!(
+        "'{}' --replay '{}'; echo \"EXITED rc=$?\"; sleep 60",
+        gpuwatch_bin(),
+        fixture.display()
+    );
+    let t = Tmux::session(
+        "replaypos",
+        (160, 40),
+        None,
+        Duration::from_secs(30),
+        &script,
+    );
+    let position = |s: &str| -> Option<u64> {
+        let header = s.lines().next()?;
+        let rest = header.split("at 2026-11-29 18:4").nth(1)?;
+        let elapsed = rest.split(" UTC · ").nth(1)?.split(" of 01:20").next()?;
+        let (m, sec) = elapsed.split_once(':')?;
+        Some(m.parse::<u64>().ok()? * 60 + sec.parse::<u64>().ok()?)
+    };
+    let s = t.wait_for("the replay position", |s| {
+        position(s).is_some_and(|p| p >= 1)
+    });
+    let first = position(&s).expect("position");
+    let header = s.lines().next().unwrap_or("");
+    assert!(header.contains(" · replay · "), "{header}");
+    assert!(
+        !header.contains(" ago"),
+        "the position, not the age: {header}"
+    );
+    // It moves with the replay.
+    t.wait_for("the position moving on", |s| {
+        position(s).is_some_and(|p| p >= first + 2)
+    });
+    t.keys(&["q"]);
+    t.wait_for("exit", |s| s.contains("EXITED rc=0"));
+}
+
+/// A process the driver still lists after it exited keeps its row on the live dashboard (at
+/// the default interval): `[exited]` before its last command, its user and the `*` of mine,
+/// and, after `detect.exited-grace` (shortened in the config file), the finding that says the
+/// driver still holds its memory.
+#[test]
+fn an_exited_process_keeps_its_row_and_is_reported_on_the_dashboard() {
+    let mut child = Sleeper::spawn();
+    let pid = child.pid();
+    let sc = ScenarioFile::new(&format!(
+        "[[gpu]]\nmemory_total = \"80GiB\"\n[[gpu.process]]\npid = {pid}\nused = \"5GiB\"\n"
+    ));
+    let cfg = sc.dir.path().join("gpuwatch.toml");
+    std::fs::write(&cfg, "[detect]\nexited-grace = \"2s\"\n").expect("config");
+    let env = [
+        ("GPUWATCH_NVML_LIB", fake_nvml().display().to_string()),
+        ("FAKE_NVML_SCENARIO", sc.path.display().to_string()),
+    ];
+    let t = Tmux::start("exited", &env, &format!("--config '{}'", cfg.display()));
+    let row = |s: &str| {
+        s.lines()
+            .find(|l| l.contains(&format!(" {pid} ")) && l.contains("5.0GiB"))
+            .map(str::to_string)
+    };
+    let s = t.wait_for("the live row", |s| {
+        row(s).is_some_and(|r| r.contains("sleep 300"))
+    });
+    let alive = row(&s).expect("row");
+    assert!(alive.starts_with('*'), "mine: {alive}");
+    let _ = child.0.kill();
+    let _ = child.0.wait();
+    let s = t.wait_for("the exited row and its finding", |s| {
+        row(s).is_some_and(|r| r.contains("[exited] sleep 300"))
+            && s.contains(&format!("PID {pid} ("))
+            && s.contains("but the driver still holds 5.0GiB for it on GPU 0")
+    });
+    let gone = row(&s).expect("row");
+    assert!(gone.starts_with('*'), "still mine: {gone}");
+    let user = alive.split_whitespace().nth(3).expect("user");
+    assert_eq!(
+        gone.split_whitespace().nth(3),
+        Some(user),
+        "{alive}\n{gone}"
+    );
+    t.keys(&["q"]);
+    t.wait_for("exit", |s| s.contains("EXITED rc=0"));
 }

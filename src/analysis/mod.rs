@@ -112,6 +112,9 @@ pub struct Analyzer {
     mine: Arc<HashSet<u32>>,
     /// Every finding's lifecycle, primed past included (the dashboard's findings view).
     log: FindingLog,
+    /// The PIDs of the last frame the watch set took in (the marks aside): an exited process
+    /// among them stays mine.
+    watched: HashSet<u32>,
 }
 
 impl Analyzer {
@@ -131,6 +134,7 @@ impl Analyzer {
             remote: false,
             mine: Arc::new(HashSet::new()),
             log: FindingLog::default(),
+            watched: HashSet::new(),
         }
     }
 
@@ -193,10 +197,26 @@ impl Analyzer {
     }
 
     /// The watched PIDs of a frame: the watch set (with the parents from where the frame came
-    /// from) and the marks.
+    /// from), the marks, and the processes that were mine in the previous frame and have
+    /// exited since (a `pid:N` tree whose launcher died with them no longer reaches them).
     pub fn mine_in(&self, frame: &Frame) -> HashSet<u32> {
+        self.watched_and_mine(frame).1
+    }
+
+    /// The PIDs the watch set takes in (with the exited ones it took in before), and those
+    /// with the marks: what [`Self::mine_in`] gives.
+    fn watched_and_mine(&self, frame: &Frame) -> (HashSet<u32>, HashSet<u32>) {
         let sample = &frame.sample;
-        let mut pids = mine(&self.watch, frame, self.parents(frame));
+        let mut watched = mine(&self.watch, frame, self.parents(frame));
+        watched.extend(
+            sample
+                .gpus
+                .iter()
+                .flat_map(|g| &g.processes)
+                .filter(|p| p.host.exited && self.watched.contains(&p.pid))
+                .map(|p| p.pid),
+        );
+        let mut pids = watched.clone();
         if !self.extra_pids.is_empty() || !self.extra_users.is_empty() {
             pids.extend(
                 sample
@@ -213,13 +233,15 @@ impl Analyzer {
                     .map(|p| p.pid),
             );
         }
-        pids
+        (watched, pids)
     }
 
     /// Takes one frame: pushes it into the history, decides mine, runs the detector.
     pub fn push(&mut self, frame: &Arc<Frame>) -> Analysis {
         self.history.push(&frame.sample);
-        let mine = Arc::new(self.mine_in(frame));
+        let (watched, mine) = self.watched_and_mine(frame);
+        self.watched = watched;
+        let mine = Arc::new(mine);
         let watched = |p: &ProcSample| mine.contains(&p.pid);
         let events = self.detector.step(
             &self.history,
@@ -250,6 +272,7 @@ impl Analyzer {
                 sample,
                 published: std::time::Instant::now(),
                 interval,
+                host: None,
             });
             let _ = self.push(&frame);
         }
@@ -258,7 +281,9 @@ impl Analyzer {
     /// The analysis of `frame` (already pushed) without stepping the detector: for a front end
     /// whose watch marks changed, or that shows a paused frame.
     pub fn reanalyse(&mut self, frame: &Arc<Frame>) -> Analysis {
-        let mine = Arc::new(self.mine_in(frame));
+        let (watched, mine) = self.watched_and_mine(frame);
+        self.watched = watched;
+        let mine = Arc::new(mine);
         self.mine = Arc::clone(&mine);
         self.analysis(frame, mine, Vec::new())
     }
@@ -352,4 +377,63 @@ fn gpus(
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::test_support::{gpu, proc};
+
+    fn frame_of(procs: Vec<ProcSample>) -> Arc<Frame> {
+        Frame::for_test(
+            Sample {
+                taken_at: 1.0,
+                gpus: vec![gpu(50, procs)],
+                errors: Vec::new(),
+                collect_seconds: 0.0,
+            },
+            Duration::from_secs(1),
+        )
+    }
+
+    fn child_of(pid: u32, parent: Option<u32>, exited: bool) -> ProcSample {
+        let mut p = proc(pid, Some(10));
+        p.host.visible = !exited;
+        p.host.exited = exited;
+        p.host.user = Some("bob".into());
+        p.host.ppid = parent;
+        p
+    }
+
+    /// A process the watch set took in stays mine once it exited, even where the watch set no
+    /// longer reaches it (its launcher died with it: no parent link); an exited process that
+    /// never was mine does not become mine, and a mark taken back is taken back.
+    #[test]
+    fn an_exited_process_stays_mine_if_it_was() {
+        let watch = WatchSet::new(vec![crate::watch::WatchSpec::Pid(7)], None);
+        let mut a = Analyzer::new(
+            crate::detect::Rules::default(),
+            Duration::from_mins(10),
+            Detail::Full,
+            watch,
+        )
+        .with_parents(Parents::Reported);
+        let first = a.push(&frame_of(vec![
+            child_of(20, Some(7), false),
+            child_of(30, Some(1), false),
+        ]));
+        assert_eq!(*first.mine, HashSet::from([20]));
+        let gone = frame_of(vec![child_of(20, None, true), child_of(30, None, true)]);
+        assert_eq!(*a.push(&gone).mine, HashSet::from([20]));
+        assert_eq!(
+            *a.push(&gone).mine,
+            HashSet::from([20]),
+            "and on later frames"
+        );
+        // Marked from the dashboard and unmarked: back to what the watch set says.
+        assert!(a.toggle_pid(30));
+        assert_eq!(*a.reanalyse(&gone).mine, HashSet::from([20, 30]));
+        assert!(!a.toggle_pid(30));
+        assert_eq!(*a.reanalyse(&gone).mine, HashSet::from([20]));
+    }
 }

@@ -226,7 +226,7 @@ pub(crate) fn dashboard(
     }
     raise_open_files_limit();
     // The dashboard opens at once; the first frame arrives when the source answers.
-    let sampler = start(g, config, start_at, false, true)?;
+    let sampler = crate::app::start_dashboard(g, config, start_at)?;
     let watch = watch_set(config, &sampler.info());
     let options = crate::tui::TuiOptions {
         // The dashboard runs on a terminal, so `auto` means colour.

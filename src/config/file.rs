@@ -168,6 +168,8 @@ pub struct DetectFile {
     pub idle_min: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub idle_duration: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exited_grace: Option<String>,
 }
 
 /// `[alerts]`: switches are TOML booleans and counts TOML integers.
@@ -245,6 +247,7 @@ pub const SCHEMA: &[(&str, &[&str])] = &[
             "external-horizon",
             "idle-min",
             "idle-duration",
+            "exited-grace",
         ],
     ),
     (

@@ -28,17 +28,17 @@ pub use file::{
     PickFile, SCHEMA, SamplingFile, SnapshotFile, WatchFile,
 };
 pub use value::{
-    ALERT_QUEUE_RANGE, DurationRange, EXTERNAL_HORIZON_RANGE, EXTERNAL_WINDOW_RANGE,
-    FILLING_CRITICAL_USED_RANGE, FILLING_HORIZON_RANGE, FILLING_WINDOW_RANGE, GROWTH_RATE_RANGE,
-    HANG_TIMEOUT_RANGE, HISTORY_WINDOW_RANGE, HTTP_TIMEOUT_RANGE, HYSTERESIS_RANGE,
-    IDLE_DURATION_RANGE, INTERVAL_RANGE, IntRange, LEAK_SUSTAIN_RANGE, LEAK_WARMUP_RANGE,
-    MAX_CONNECTIONS_RANGE, MAX_EVENT_STREAMS_RANGE, METRICS_TOP_N_RANGE, MIN_PICK_COUNT,
-    NEAR_CAPACITY_MIN_DURATION_RANGE, NEAR_CAPACITY_PERCENT_RANGE, NumberRange, RATE_LIMIT_RANGE,
-    REINIT_BACKOFF_MAX_RANGE, SLOW_INTERVAL_RANGE, ValueError, WEBHOOK_RETRIES_RANGE,
-    WEBHOOK_TIMEOUT_RANGE, bytes_per_s_to_mib_per_min, check_count, check_duration, check_integer,
-    check_number, format_duration, format_number, format_size, fraction_to_percent,
-    mib_per_min_to_bytes_per_s, parse_count, parse_duration_in, parse_size, parse_webhook_url,
-    percent_to_fraction,
+    ALERT_QUEUE_RANGE, DurationRange, EXITED_GRACE_RANGE, EXTERNAL_HORIZON_RANGE,
+    EXTERNAL_WINDOW_RANGE, FILLING_CRITICAL_USED_RANGE, FILLING_HORIZON_RANGE,
+    FILLING_WINDOW_RANGE, GROWTH_RATE_RANGE, HANG_TIMEOUT_RANGE, HISTORY_WINDOW_RANGE,
+    HTTP_TIMEOUT_RANGE, HYSTERESIS_RANGE, IDLE_DURATION_RANGE, INTERVAL_RANGE, IntRange,
+    LEAK_SUSTAIN_RANGE, LEAK_WARMUP_RANGE, MAX_CONNECTIONS_RANGE, MAX_EVENT_STREAMS_RANGE,
+    METRICS_TOP_N_RANGE, MIN_PICK_COUNT, NEAR_CAPACITY_MIN_DURATION_RANGE,
+    NEAR_CAPACITY_PERCENT_RANGE, NumberRange, RATE_LIMIT_RANGE, REINIT_BACKOFF_MAX_RANGE,
+    SLOW_INTERVAL_RANGE, ValueError, WEBHOOK_RETRIES_RANGE, WEBHOOK_TIMEOUT_RANGE,
+    bytes_per_s_to_mib_per_min, check_count, check_duration, check_integer, check_number,
+    format_duration, format_number, format_size, fraction_to_percent, mib_per_min_to_bytes_per_s,
+    parse_count, parse_duration_in, parse_size, parse_webhook_url, percent_to_fraction,
 };
 
 use crate::alert::AlertOptions;
@@ -825,6 +825,12 @@ fn resolve_detect(f: &Checker<'_>, file: &DetectFile, d: &Rules) -> Result<Rules
             IDLE_DURATION_RANGE,
             d.idle_duration,
         )?,
+        exited_grace: duration(
+            "detect.exited-grace",
+            &file.exited_grace,
+            EXITED_GRACE_RANGE,
+            d.exited_grace,
+        )?,
     })
 }
 
@@ -1089,6 +1095,7 @@ fn detect_file(r: &Rules) -> DetectFile {
         external_horizon: duration(r.external_horizon),
         idle_min: size(r.idle_min_bytes),
         idle_duration: duration(r.idle_duration),
+        exited_grace: duration(r.exited_grace),
     }
 }
 

@@ -101,6 +101,7 @@ fn a_changed_config_round_trips_through_to_toml() {
         external_horizon: Duration::from_mins(30),
         idle_min_bytes: 4_000_000_000,
         idle_duration: Duration::from_hours(1),
+        exited_grace: Duration::from_mins(2),
     };
     c.alerts = crate::alert::AlertOptions {
         log: false,
@@ -388,7 +389,7 @@ fn unknown_keys_in_detect_and_alerts() {
         ),
         "{e}"
     );
-    assert!(e.ends_with("idle-min, idle-duration)"), "{e}");
+    assert!(e.ends_with("idle-min, idle-duration, exited-grace)"), "{e}");
     assert_eq!(
         err_text("[alerts]\nslack = \"https://x\"\n"),
         "config file '/x/config.toml': unknown key 'alerts.slack' at line 2, column 1 (valid \
@@ -853,6 +854,7 @@ fn default_values_lie_in_their_ranges() {
     assert!(EXTERNAL_WINDOW_RANGE.contains(r.external_window));
     assert!(EXTERNAL_HORIZON_RANGE.contains(r.external_horizon));
     assert!(IDLE_DURATION_RANGE.contains(r.idle_duration));
+    assert!(EXITED_GRACE_RANGE.contains(r.exited_grace));
     let a = &d.alerts;
     assert!(WEBHOOK_TIMEOUT_RANGE.contains(a.webhook_timeout));
     assert!(RATE_LIMIT_RANGE.contains(a.rate_limit));

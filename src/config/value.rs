@@ -77,6 +77,8 @@ pub const EXTERNAL_WINDOW_RANGE: DurationRange = DurationRange::new(secs(10), se
 pub const EXTERNAL_HORIZON_RANGE: DurationRange = DurationRange::new(secs(60), secs(24 * 3600));
 /// `detect.idle-duration`.
 pub const IDLE_DURATION_RANGE: DurationRange = DurationRange::new(secs(60), secs(24 * 3600));
+/// `detect.exited-grace`.
+pub const EXITED_GRACE_RANGE: DurationRange = DurationRange::new(secs(0), secs(3600));
 /// `alerts.webhook-timeout`.
 pub const WEBHOOK_TIMEOUT_RANGE: DurationRange = DurationRange::new(ms(100), secs(300));
 /// `daemon.idle-timeout`, `daemon.request-timeout`.

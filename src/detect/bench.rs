@@ -275,6 +275,7 @@ pub fn feed(case: &Case, interval: Duration, rules: &Rules) -> Run {
         nvml_version: None,
         detail: case.name.clone(),
         me: None,
+        span: None,
     });
     let mut seq = 0;
     samples(case, interval, &mut |t, sample| {
@@ -285,6 +286,7 @@ pub fn feed(case: &Case, interval: Duration, rules: &Rules) -> Run {
             sample: sample.clone(),
             published: std::time::Instant::now(),
             interval,
+            host: None,
         });
         let analysis = analyzer.push(&frame);
         run.events

@@ -11,17 +11,19 @@ pub enum RuleKind {
     LeakSuspected,
     ExternalPressure,
     IdleHolder,
+    ExitedHolder,
     SourceHealth,
 }
 
 impl RuleKind {
     /// Every rule, in the order the documentation lists them.
-    pub const ALL: [RuleKind; 6] = [
+    pub const ALL: [RuleKind; 7] = [
         RuleKind::NearCapacity,
         RuleKind::FillingUp,
         RuleKind::LeakSuspected,
         RuleKind::ExternalPressure,
         RuleKind::IdleHolder,
+        RuleKind::ExitedHolder,
         RuleKind::SourceHealth,
     ];
 
@@ -56,6 +58,12 @@ impl RuleKind {
                 "A process has held at least idle-min with 0 % SM utilisation for \
                  idle-duration: memory others could use (a finished notebook, a stuck job)."
             }
+            RuleKind::ExitedHolder => {
+                "A process gpuwatch saw has left /proc, and exited-grace later the driver still \
+                 lists memory for it: the process is gone but its memory is not freed (a \
+                 teardown that hangs, a context another process still holds). The finding names \
+                 its last user and command; it resolves when the driver stops listing it."
+            }
             RuleKind::SourceHealth => {
                 "The driver cannot be read as it should: NVML calls fail, a GPU is lost (fell \
                  off the bus or is being reset) or samples are stale. What is on screen is \
@@ -71,6 +79,7 @@ impl RuleKind {
             RuleKind::LeakSuspected => "leak-suspected",
             RuleKind::ExternalPressure => "external-pressure",
             RuleKind::IdleHolder => "idle-holder",
+            RuleKind::ExitedHolder => "exited-holder",
             RuleKind::SourceHealth => "source-health",
         }
     }
@@ -193,7 +202,8 @@ mod tests {
             RuleKind::LeakSuspected => 2,
             RuleKind::ExternalPressure => 3,
             RuleKind::IdleHolder => 4,
-            RuleKind::SourceHealth => 5,
+            RuleKind::ExitedHolder => 5,
+            RuleKind::SourceHealth => 6,
         };
         for (i, k) in RuleKind::ALL.iter().enumerate() {
             assert_eq!(position(*k), i, "{k}");

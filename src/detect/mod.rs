@@ -56,6 +56,9 @@ pub struct Rules {
     pub idle_min_bytes: u64,
     /// …with 0 % SM for this long.
     pub idle_duration: Duration,
+    /// Exited holder: a process that left `/proc` while the driver still lists its memory,
+    /// for this long.
+    pub exited_grace: Duration,
 }
 
 impl Default for Rules {
@@ -78,6 +81,7 @@ impl Default for Rules {
             external_horizon: Duration::from_mins(5),
             idle_min_bytes: 1 << 30,
             idle_duration: Duration::from_mins(10),
+            exited_grace: Duration::from_secs(30),
         }
     }
 }

@@ -61,6 +61,7 @@ pub fn evaluate(input: &Input<'_>, rules: &Rules) -> Vec<Finding> {
             .filter_map(|k| k.pid)
             .collect();
         for p in &g.processes {
+            out.extend(exited_holder(input, rules, g, p));
             let Some((_, ph)) = input.history.process_for(&g.uuid, p) else {
                 continue;
             };
@@ -803,7 +804,8 @@ fn idle_holder(
     ph: &ProcHistory,
 ) -> Option<Finding> {
     let used = p.used_bytes?;
-    if used < r.idle_min_bytes {
+    // An exited process is not idle, and stopping it frees nothing: exited-holder's.
+    if used < r.idle_min_bytes || p.host.exited {
         return None;
     }
     let latest = ph.latest()?;
@@ -829,6 +831,45 @@ fn idle_holder(
         ),
     );
     f.bytes = Some(used);
+    f.culprits = vec![c];
+    Some(f)
+}
+
+/// A process that left `/proc` (it exited) while the driver still lists memory for it, for at
+/// least the grace period: a process that is exiting is gone from the list within a second or
+/// two, one still listed after that holds memory no process will free (a zombie whose parent
+/// has not reaped it, a context the driver has not torn down). Resolves when the driver stops
+/// listing the PID (or `/proc` shows a process at that PID again).
+fn exited_holder(input: &Input<'_>, r: &Rules, g: &GpuSample, p: &ProcSample) -> Option<Finding> {
+    if !p.host.exited || p.used_bytes == Some(0) {
+        return None;
+    }
+    // A time from a recording or a remote daemon is data: a non-finite one times nothing.
+    let at = p.host.exited_at.filter(|t| t.is_finite())?;
+    let gone_for = input.sample.taken_at - at;
+    if !gone_for.is_finite() || gone_for < r.exited_grace.as_secs_f64() {
+        return None;
+    }
+    let c = culprit(p, None);
+    let held = p.used_bytes.map_or_else(
+        || "memory (NVML does not say how much)".to_string(),
+        fmt_bytes,
+    );
+    let who = who(&c);
+    let mut f = base(
+        input,
+        id(RuleKind::ExitedHolder, g, Some(p.pid)),
+        Severity::Warning,
+        Some(g.index),
+        format!(
+            "PID{} exited {} ago but the driver still holds {held} for it on GPU {}",
+            who.strip_prefix("pid").unwrap_or(&who),
+            fmt_eta(gone_for),
+            g.index
+        ),
+    );
+    f.since = at;
+    f.bytes = p.used_bytes;
     f.culprits = vec![c];
     Some(f)
 }

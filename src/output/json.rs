@@ -124,6 +124,13 @@ pub struct Process {
     pub elapsed_seconds: Option<u64>,
     pub ppid: Option<u32>,
     pub container: Option<String>,
+    /// The process left `/proc` while the driver still lists it: `visible` is false and the
+    /// host fields are its last known ones (added within schema 1; absent: false).
+    #[serde(default)]
+    pub exited: bool,
+    /// With `exited`: when gpuwatch first found it gone, seconds since the Unix epoch.
+    #[serde(default)]
+    pub exited_at: Option<f64>,
 }
 
 fn yes() -> bool {
@@ -174,6 +181,8 @@ fn process(p: &ProcSample, now_unix: u64, watched: WatchedFn<'_>) -> Process {
         elapsed_seconds: p.host.start_time.map(|s| now_unix.saturating_sub(s)),
         ppid: p.host.ppid,
         container: p.host.container.clone(),
+        exited: p.host.exited,
+        exited_at: p.host.exited_at,
     }
 }
 
@@ -288,6 +297,7 @@ impl Snapshot {
             nvml_version: self.source.nvml_version.clone(),
             detail: format!("{} ({})", self.source.kind, self.source.detail),
             me: None,
+            span: None,
         };
         let gpus = self
             .gpus
@@ -357,6 +367,8 @@ impl Snapshot {
                             start_time: p.start_time,
                             ppid: p.ppid,
                             container: p.container.clone(),
+                            exited: p.exited,
+                            exited_at: p.exited_at,
                         },
                     })
                     .collect(),

@@ -169,6 +169,7 @@ fn run_sampler(g: &GlobalArgs, config: &Config) -> (Option<Sampler>, Option<Stri
             interval,
             slow_interval: config.sampling.slow_interval.max(interval),
             host_interval: interval,
+            host_summary: false,
         },
     );
     match started {

@@ -5,6 +5,7 @@
 //! - [`scripted::ScriptedSource`]: a scenario file (`--demo`).
 //! - [`replay::ReplaySource`]: a recording written by `gpuwatch record`.
 
+pub mod hostsummary;
 pub mod nvml;
 pub mod procdetail;
 pub mod procinfo;

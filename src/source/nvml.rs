@@ -343,6 +343,7 @@ impl NvmlSource {
             nvml_version: nvml.sys_nvml_version().ok(),
             detail: library,
             me: None,
+            span: None,
         };
         let session = Arc::new(Session::default());
         session.set(Some(Arc::new(nvml)));

@@ -6,9 +6,9 @@
 //! PIDs that were not asked again are dropped (see [`ProcInfo::enrich`]).
 //!
 //! Semantics:
-//! - A PID that `/proc` does not show (another PID namespace, a container, or it exited) is
-//!   `HostProc { visible: false, ..Default::default() }`: the caller keeps the row and its GPU
-//!   data.
+//! - A PID that `/proc` does not show and never showed (another PID namespace, a container)
+//!   is `HostProc { visible: false, ..Default::default() }`: the caller keeps the row and its
+//!   GPU data.
 //! - Identity is `(pid, start_time)`. When a PID's start time changes (PID reuse), its cached
 //!   state (CPU baseline, container) is dropped and it is treated as first seen.
 //! - CPU % is in percent of one core (may exceed 100). It is computed here from the process's
@@ -22,6 +22,14 @@
 //!   `/bin/false`, such as `gdm`), then — for the invoking user only — `$USER`/`$LOGNAME`. When
 //!   all fail the numeric uid is used as the name, by [`current_user`] too, so comparing the
 //!   two stays consistent.
+//! - A process that was seen in `/proc` and is gone while the driver still lists its PID is
+//!   *exited*: `HostProc { visible: false, exited: true, .. }` with its last known name,
+//!   command, user, start time, parent and container, and when it was first found gone. These
+//!   identities are kept for the PIDs still asked about only (forgotten when the driver stops
+//!   listing the PID), at most [`MAX_EXITED`] of them (the oldest exit forgotten first: that PID
+//!   is then "not visible here"). An exited PID that `/proc` shows again is another process
+//!   (PID reuse; its start time differs): it is read as a first sighting and the old identity
+//!   dropped. A PID never seen in `/proc` stays not visible.
 //! - Only "no such file" and "no such process" (`ENOENT`, `ESRCH`) mean a known process is
 //!   gone. Any other failure reading its `/proc` files (out of file descriptors, `EACCES`,
 //!   `EIO`) keeps what is known of it — name, command, user, start time — with CPU % and RSS
@@ -42,6 +50,8 @@ use crate::model::HostProc;
 const USERS_REFRESH: Duration = Duration::from_mins(1);
 /// Minimum gap between two users-list reads triggered by unknown uids.
 const USERS_MIN_GAP: Duration = Duration::from_secs(1);
+/// How many exited processes' identities a [`ProcInfo`] keeps at most.
+pub const MAX_EXITED: usize = 1024;
 /// Below this wall-time gap between two calls the CPU baseline is kept and the previous value
 /// repeated: clock ticks are 10 ms, so a shorter window would be mostly quantisation noise.
 const MIN_CPU_WINDOW: Duration = Duration::from_millis(100);
@@ -188,6 +198,10 @@ pub struct ProcInfo {
     system: System,
     users: UserNames,
     tracked: HashMap<u32, Tracked>,
+    /// The last known facts of PIDs that left `/proc` while still asked about (`exited`).
+    exited: HashMap<u32, HostProc>,
+    /// At most this many entries in `exited` ([`MAX_EXITED`]; smaller in tests).
+    exited_cap: usize,
     /// Boot time (unix s), clock ticks per second and page size: what turns `/proc/PID/stat`
     /// into `sysinfo`'s units.
     boot_time: u64,
@@ -200,6 +214,7 @@ impl std::fmt::Debug for ProcInfo {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ProcInfo")
             .field("tracked", &self.tracked.len())
+            .field("exited", &self.exited.len())
             .finish_non_exhaustive()
     }
 }
@@ -212,6 +227,8 @@ impl ProcInfo {
             system: System::new()?,
             users: UserNames::new()?,
             tracked: HashMap::new(),
+            exited: HashMap::new(),
+            exited_cap: MAX_EXITED,
             boot_time: System::boot_time()?,
             ticks_per_s: rustix::param::clock_ticks_per_second().max(1),
             page_size: rustix::param::page_size() as u64,
@@ -242,10 +259,26 @@ impl ProcInfo {
     ) -> HashMap<u32, HostProc> {
         let asked: HashSet<u32> = pids.iter().copied().collect();
         self.tracked.retain(|pid, _| asked.contains(pid));
+        self.exited.retain(|pid, _| asked.contains(pid));
         let now = Instant::now();
         let mut out = HashMap::with_capacity(asked.len());
         let mut full = Vec::new();
         for &pid in &asked {
+            if let Some(gone) = self.exited.get(&pid) {
+                if !due(pid) {
+                    continue;
+                }
+                // Still gone (or unreadable): its last known facts. Back in `/proc`: another
+                // process took the PID, read it as a first sighting (`read_full` drops the old
+                // identity once it has read the new one).
+                match (self.read_line)(&mut None, &format!("/proc/{pid}/stat")) {
+                    Ok(_) => full.push(Pid::from_u32(pid)),
+                    Err(_) => {
+                        out.insert(pid, gone.clone());
+                    }
+                }
+                continue;
+            }
             let Some(t) = self.tracked.get_mut(&pid).filter(|t| t.complete) else {
                 full.push(Pid::from_u32(pid));
                 continue;
@@ -260,8 +293,8 @@ impl ProcInfo {
             {
                 Ok(v) => v,
                 Err(e) if is_gone(&e) => {
-                    self.tracked.remove(&pid);
-                    out.insert(pid, HostProc::default());
+                    let facts = self.exit(pid);
+                    out.insert(pid, facts);
                     continue;
                 }
                 Err(e) => {
@@ -293,6 +326,8 @@ impl ProcInfo {
                     start_time: Some(t.start_time),
                     ppid: t.ppid,
                     container: t.container.clone(),
+                    exited: false,
+                    exited_at: None,
                 },
             );
         }
@@ -339,12 +374,14 @@ impl ProcInfo {
                         out.insert(pid, t.last_known(&mut self.users));
                     }
                     _ => {
-                        self.tracked.remove(&pid);
-                        out.insert(pid, HostProc::default());
+                        let facts = self.exit(pid);
+                        out.insert(pid, facts);
                     }
                 }
                 continue;
             };
+            // In `/proc`: whatever exited at this PID before is another process.
+            self.exited.remove(&pid);
             let start_time = proc_.start_time();
             let cpu_ms = proc_.accumulated_cpu_time();
             let ppid = proc_.parent().map(Pid::as_u32);
@@ -395,9 +432,52 @@ impl ProcInfo {
                     start_time: Some(start_time),
                     ppid: tracked.ppid,
                     container: tracked.container.clone(),
+                    exited: false,
+                    exited_at: None,
                 },
             );
         }
+    }
+
+    /// A PID found gone from `/proc`: a tracked one becomes exited with its last known facts
+    /// (kept while it is asked about, within [`MAX_EXITED`]); one exited before keeps its
+    /// facts; one never seen is not visible.
+    fn exit(&mut self, pid: u32) -> HostProc {
+        let Some(t) = self.tracked.remove(&pid) else {
+            return self.exited.get(&pid).cloned().unwrap_or_default();
+        };
+        let mut facts = t.last_known(&mut self.users);
+        facts.visible = false;
+        facts.exited = true;
+        facts.exited_at = Some(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64()),
+        );
+        while self.exited.len() >= self.exited_cap.max(1) {
+            // Full: the oldest exit goes (its PID is "not visible here" from now on).
+            let oldest = self
+                .exited
+                .iter()
+                .min_by(|a, b| {
+                    let at = |h: &HostProc| h.exited_at.unwrap_or(0.0);
+                    at(a.1).total_cmp(&at(b.1)).then(a.0.cmp(b.0))
+                })
+                .map(|(&p, _)| p);
+            match oldest {
+                Some(p) => self.exited.remove(&p),
+                None => break,
+            };
+        }
+        self.exited.insert(pid, facts.clone());
+        facts
+    }
+
+    /// The PIDs kept as exited, sorted (for tests and diagnostics).
+    pub fn exited_pids(&self) -> Vec<u32> {
+        let mut v: Vec<u32> = self.exited.keys().copied().collect();
+        v.sort_unstable();
+        v
     }
 
     /// Hands what the last [`enrich`](Self::enrich) call learnt (identity, CPU baseline, the
@@ -451,6 +531,8 @@ impl Tracked {
             start_time: Some(self.start_time),
             ppid: self.ppid,
             container: self.container.clone(),
+            exited: false,
+            exited_at: None,
         }
     }
 
@@ -1183,8 +1265,9 @@ pub(crate) mod tests {
         assert!(after.rss_bytes.is_some_and(|b| b > 0));
         let _ = child.0.kill();
         let _ = child.0.wait();
-        // Reaped: the kept descriptors answer ESRCH, the path ENOENT: gone, descriptors closed.
-        assert_eq!(info.enrich(&[pid])[&pid], HostProc::default());
+        // Reaped: the kept descriptors answer ESRCH, the path ENOENT: gone (exited, with what
+        // was known of it), descriptors closed.
+        assert_exited_as(&info.enrich(&[pid])[&pid], &after);
         assert!(info.loaded_pids().is_empty());
     }
 
@@ -1241,8 +1324,8 @@ pub(crate) mod tests {
         );
         let _ = child.kill();
         let _ = child.wait();
-        // Gone: not visible, and forgotten.
-        assert_eq!(info.enrich(&[pid])[&pid], HostProc::default());
+        // Gone: exited with its last known facts, no longer tracked.
+        assert_exited_as(&info.enrich(&[pid])[&pid], &quick);
         assert!(info.loaded_pids().is_empty());
     }
 
@@ -1366,10 +1449,139 @@ pub(crate) mod tests {
         assert!(back.rss_bytes.is_some());
         // ESRCH: gone.
         info.read_line = no_such_process;
-        assert_eq!(info.enrich(&[pid])[&pid], HostProc::default());
+        assert_exited_as(&info.enrich(&[pid])[&pid], &seen);
         assert!(info.loaded_pids().is_empty());
         let _ = child.kill();
         let _ = child.wait();
+    }
+
+    /// `h` is the exited form of `seen`: not visible, marked exited (just now), with its
+    /// identity and facts, CPU % and RSS unknown.
+    fn assert_exited_as(h: &HostProc, seen: &HostProc) {
+        assert!(!h.visible && h.exited, "{h:?}");
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock")
+            .as_secs_f64();
+        assert!(
+            h.exited_at.is_some_and(|at| (now - at).abs() < 60.0),
+            "{h:?}"
+        );
+        assert_eq!(
+            (&h.name, &h.command, &h.user, h.uid),
+            (&seen.name, &seen.command, &seen.user, seen.uid)
+        );
+        assert_eq!(
+            (h.start_time, h.ppid, &h.container),
+            (seen.start_time, seen.ppid, &seen.container)
+        );
+        assert_eq!((h.cpu_percent, h.rss_bytes), (None, None));
+    }
+
+    /// A process seen in `/proc` that exits while still asked about is exited, with its last
+    /// known facts, on every later call, whether found gone by the refresh of a known process
+    /// or by a full read; it is forgotten once it is not asked about; a PID never seen stays
+    /// not visible.
+    #[test]
+    fn an_exited_process_keeps_its_identity_until_it_is_no_longer_asked() {
+        let (mut a, pa) = running_sleep();
+        let (mut b, pb) = running_sleep();
+        let mut info = ProcInfo::new().expect("sysinfo supported");
+        let seen = info.enrich(&[pa, pb]);
+        assert!(info.tracked[&pa].complete, "{seen:?}");
+        // b's facts incomplete: the next read of it is a full one (through sysinfo).
+        info.tracked.get_mut(&pb).expect("tracked").complete = false;
+        for c in [&mut a, &mut b] {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let never = u32::try_from(rustix::process::getpid().as_raw_nonzero().get())
+            .expect("pid")
+            .saturating_add(4_000_000);
+        let first = info.enrich(&[pa, pb, never]);
+        assert_exited_as(&first[&pa], &seen[&pa]);
+        assert_exited_as(&first[&pb], &seen[&pb]);
+        assert_eq!(
+            first[&never],
+            HostProc::default(),
+            "never seen: not visible"
+        );
+        assert_eq!(info.exited_pids(), sorted(vec![pa, pb]));
+        // Still listed: the same facts, the same time of exit.
+        let again = info.enrich(&[pa, pb, never]);
+        assert_eq!(again[&pa], first[&pa]);
+        assert_eq!(again[&pb], first[&pb]);
+        // A PID not due is left out (the caller keeps its facts) and not forgotten.
+        let skipped = info.enrich_due(&[pa, pb], |pid| pid == pb);
+        assert!(!skipped.contains_key(&pa) && skipped.contains_key(&pb));
+        assert_eq!(info.exited_pids(), sorted(vec![pa, pb]));
+        // The driver stops listing a: forgotten; asked again later, it is not visible.
+        info.enrich(&[pb]);
+        assert_eq!(info.exited_pids(), vec![pb]);
+        assert_eq!(info.enrich(&[pa, pb])[&pa], HostProc::default());
+    }
+
+    fn sorted(mut v: Vec<u32>) -> Vec<u32> {
+        v.sort_unstable();
+        v
+    }
+
+    /// PID reuse: a PID kept as exited that `/proc` shows again is another process (another
+    /// start time): it is reported as that process, and the old identity is dropped.
+    #[test]
+    fn an_exited_pid_that_comes_back_is_another_process() {
+        let (mut child, pid) = running_sleep();
+        let mut info = ProcInfo::new().expect("sysinfo supported");
+        let live = info.enrich(&[pid])[&pid].clone();
+        // Pretend an earlier process with this PID exited: a stale identity.
+        let stale = HostProc {
+            visible: false,
+            exited: true,
+            exited_at: Some(1.0),
+            name: Some("python".into()),
+            command: Some("python old.py".into()),
+            user: Some("mallory".into()),
+            start_time: live.start_time.map(|s| s - 100),
+            ..HostProc::default()
+        };
+        info.tracked.clear();
+        info.exited.insert(pid, stale);
+        let now = info.enrich(&[pid])[&pid].clone();
+        assert!(now.visible && !now.exited, "{now:?}");
+        assert_eq!(
+            (&now.command, now.start_time, &now.user),
+            (&live.command, live.start_time, &live.user)
+        );
+        assert!(info.exited_pids().is_empty(), "the old identity is dropped");
+        assert_eq!(info.loaded_pids(), vec![pid]);
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    /// At most `exited_cap` exited identities are kept: the oldest exit is forgotten first.
+    #[test]
+    fn exited_identities_are_bounded_and_the_oldest_goes_first() {
+        assert_eq!(MAX_EXITED, ProcInfo::new().expect("sysinfo").exited_cap);
+        let children: Vec<_> = (0..3).map(|_| running_sleep()).collect();
+        let pids: Vec<u32> = children.iter().map(|c| c.1).collect();
+        let mut info = ProcInfo::new().expect("sysinfo supported");
+        info.exited_cap = 2;
+        info.enrich(&pids);
+        for (mut c, pid) in children {
+            let _ = c.kill();
+            let _ = c.wait();
+            // One exit at a time, in this order (exits are timed by the wall clock).
+            std::thread::sleep(Duration::from_millis(5));
+            assert!(info.enrich(&pids)[&pid].exited);
+        }
+        assert_eq!(info.exited_pids(), sorted(pids[1..].to_vec()));
+        let out = info.enrich(&pids);
+        assert_eq!(
+            out[&pids[0]],
+            HostProc::default(),
+            "the oldest exit is forgotten"
+        );
+        assert!(out[&pids[1]].exited && out[&pids[2]].exited, "{out:?}");
     }
 
     #[test]

@@ -16,7 +16,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use crate::model::{Sample, SourceInfo, SourceKind};
+use crate::model::{RecordingSpan, Sample, SourceInfo, SourceKind};
 use crate::record::{Header, Recording, RecordingError};
 use crate::source::{CallProbe, GpuSource};
 
@@ -152,6 +152,19 @@ impl ReplaySource {
             nvml_version: recorded.nvml_version.clone(),
             detail,
             me: recorded.me.clone(),
+            span: recording.samples.first().map(|a| {
+                let start = a.taken_at;
+                RecordingSpan {
+                    start,
+                    end: recording
+                        .samples
+                        .iter()
+                        .map(|s| s.taken_at)
+                        .fold(start, f64::max),
+                    first: recording.samples.get(first).map_or(start, |s| s.taken_at),
+                    period: options.looped.then_some(span + wrap_gap),
+                }
+            }),
         };
         Ok(Self {
             info,
@@ -326,6 +339,7 @@ mod tests {
                     nvml_version: None,
                     detail: "nvml".into(),
                     me: None,
+                    span: None,
                 },
                 interval_ms: 250,
                 started_at: 99.0,
@@ -411,6 +425,35 @@ mod tests {
         assert_eq!(info.detail, "run.recording.jsonl");
         assert_eq!(info.host, "h");
         assert!(!src.wants_host_enrichment());
+    }
+
+    /// The source says where its samples lie in the recording, for the header's position: the
+    /// whole recording's first and latest times, the first replayed, the loop period.
+    #[test]
+    fn info_carries_the_recordings_span() {
+        let rec = recording(&[100.0, 101.0, 103.0, 102.0]);
+        let src = ReplaySource::from_recording(rec.clone(), opts(1.0)).unwrap();
+        assert_eq!(
+            src.info().span,
+            Some(RecordingSpan {
+                start: 100.0,
+                end: 103.0,
+                first: 100.0,
+                period: None
+            })
+        );
+        let looped = ReplaySource::from_recording(
+            rec,
+            ReplayOptions {
+                start_at: Some(1.0),
+                looped: true,
+                ..opts(1.0)
+            },
+        )
+        .unwrap();
+        let span = looped.info().span.expect("span");
+        assert_eq!((span.start, span.end, span.first), (100.0, 103.0, 101.0));
+        assert!(span.period.is_some_and(|p| p > 2.0), "{span:?}");
     }
 
     #[test]

@@ -267,8 +267,11 @@ fn host_at(h: &scenario::HostSpec, start: f64, t: f64, taken_at: f64) -> HostPro
         return HostProc::default();
     }
     let now = taken_at.max(0.0) as u64;
+    // Exited at `x` (scenario seconds): what the host knew of it, and when it went.
+    let exited_at = h.exited.filter(|&x| t >= x).map(|x| taken_at - (t - x));
+    let exited = exited_at.is_some();
     HostProc {
-        visible: true,
+        visible: !exited,
         name: h.name.clone().or_else(|| {
             h.command
                 .as_deref()
@@ -278,12 +281,18 @@ fn host_at(h: &scenario::HostSpec, start: f64, t: f64, taken_at: f64) -> HostPro
         command: h.command.clone(),
         user: h.user.clone(),
         uid: None,
-        cpu_percent: h.cpu.as_ref().map(|c| c.at(t).max(0.0) as f32),
-        rss_bytes: h.rss.as_ref().map(|r| r.at_u64(t)),
+        cpu_percent: h
+            .cpu
+            .as_ref()
+            .filter(|_| !exited)
+            .map(|c| c.at(t).max(0.0) as f32),
+        rss_bytes: h.rss.as_ref().filter(|_| !exited).map(|r| r.at_u64(t)),
         // The process started (t - start) scenario seconds ago.
         start_time: Some(now.saturating_sub((t - start).max(0.0) as u64)),
         ppid: h.ppid,
         container: h.container.clone(),
+        exited,
+        exited_at,
     }
 }
 
@@ -305,6 +314,7 @@ impl GpuSource for ScriptedSource {
             nvml_version: Some(self.scenario.nvml_version.clone()),
             detail: self.name.clone(),
             me: self.scenario.demo_user.clone(),
+            span: None,
         }
     }
 
@@ -366,9 +376,10 @@ mod tests {
     }
 
     /// The demo's past run through the analysis leaves every story open at its start: near
-    /// capacity, filling-up with its time to full, a leak, external pressure, an idle holder.
+    /// capacity, filling-up with its time to full, a leak, external pressure, an idle holder,
+    /// an exited process whose memory the driver still holds.
     #[test]
-    fn the_demo_primed_with_its_past_opens_five_rules_at_its_start() {
+    fn the_demo_primed_with_its_past_opens_six_rules_at_its_start() {
         use crate::analysis::{Analyzer, Detail};
         let demo = ScriptedSource::demo().expect("demo");
         let info = std::sync::Arc::new(demo.info());
@@ -386,6 +397,7 @@ mod tests {
         assert_eq!(
             rules,
             [
+                "exited-holder",
                 "external-pressure",
                 "filling-up",
                 "idle-holder",
@@ -430,6 +442,7 @@ mod tests {
                 sample: demo.sample_at(DEMO_START + t, wall + t),
                 published: Instant::now(),
                 interval: Duration::from_secs(1),
+                host: None,
             });
             let a = analyzer.push(&frame);
             for f in a

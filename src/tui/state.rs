@@ -1251,6 +1251,12 @@ impl UiState {
         // Without a start time the PID can't be tied to the process shown: say so at once,
         // and offer nothing to confirm.
         let stage = match p.host.start_time {
+            // Gone from /proc: nothing is left to signal (and the PID may be another's soon).
+            Some(_) if p.host.exited => KillStage::Failed(format!(
+                "PID {} has exited: no process is left to signal (the driver still holds its \
+                 memory until it tears the context down)",
+                p.pid
+            )),
             Some(_) => KillStage::Confirm,
             None => {
                 KillStage::Failed(crate::signal::SignalError::NoIdentity { pid: p.pid }.to_string())

@@ -326,6 +326,10 @@ pub struct HostSpec {
     /// The process is in another PID namespace: the host cannot see it.
     #[serde(default)]
     pub hidden: bool,
+    /// The process exits at this time (seconds) while the driver still lists its memory:
+    /// from then on the scripted source reports it as exited, with the facts above as its last
+    /// known ones. (The NVML double reads host facts from `/proc`: kill a real process there.)
+    pub exited: Option<f64>,
 }
 
 /// NVML calls, as scenarios name them for fault injection.

@@ -2,10 +2,12 @@
 
 use ratatui::Frame;
 use ratatui::layout::Rect;
+use ratatui::style::Style;
 use ratatui::text::{Line, Span};
 
 use super::Context;
 use crate::detect::Severity;
+use crate::model::{HostSummary, RecordingSpan, SourceKind};
 use crate::tui::state::{Mode, SortKey, UiState};
 
 /// The header: who and what is watched, how fresh the data is.
@@ -34,60 +36,226 @@ pub fn render(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Context) {
         super::draw_lines(f, area, &[Line::from(spans)]);
         return;
     };
+    let mut pieces = pieces(state, ctx, frame, link);
+    let width = usize::from(area.width);
+    let cost = |pieces: &[(u8, Span<'static>)]| -> usize {
+        spans_width(&spans) + pieces.iter().map(|(_, p)| p.width() + 3).sum::<usize>()
+    };
+    while cost(&pieces) > width {
+        let Some(worst) = pieces
+            .iter()
+            .enumerate()
+            .filter(|(_, (rank, _))| *rank > 0)
+            .max_by_key(|(i, (rank, _))| (*rank, *i))
+            .map(|(i, _)| i)
+        else {
+            break;
+        };
+        pieces.remove(worst);
+    }
+    for (_, piece) in pieces {
+        spans.push(Span::raw(" · "));
+        spans.push(piece);
+    }
+    if let Some(host) = &frame.host {
+        let used: usize = spans.iter().map(Span::width).sum();
+        spans.extend(host_summary(host, usize::from(area.width), used, t));
+    }
+    super::draw_lines(f, area, &[Line::from(spans)]);
+}
+
+/// The header's pieces after `gpuwatch`, in the order shown, each with its rank (0: always
+/// kept): what does not fit is left out whole, the least important first (CUDA, driver, source,
+/// host), never cut mid-word; freshness, a broken link, PAUSED, the findings count and a scope
+/// stay.
+fn pieces(
+    state: &UiState,
+    ctx: &Context,
+    frame: &std::sync::Arc<crate::model::Frame>,
+    link: Option<(String, bool)>,
+) -> Vec<(u8, Span<'static>)> {
+    let t = ctx.theme;
     let info = &frame.source;
     let clean = crate::text::clean;
-    let mut facts = vec![clean(&info.host).into_owned(), info.kind.to_string()];
+    let mut pieces: Vec<(u8, Span<'static>)> = vec![
+        (4, Span::raw(clean(&info.host).into_owned())),
+        (5, Span::raw(info.kind.to_string())),
+    ];
     if let Some(d) = &info.driver_version {
-        facts.push(format!("driver {}", clean(d)));
+        pieces.push((6, Span::raw(format!("driver {}", clean(d)))));
     }
     if let Some(c) = &info.cuda_version {
-        facts.push(format!("CUDA {}", clean(c)));
+        pieces.push((7, Span::raw(format!("CUDA {}", clean(c)))));
     }
-    spans.push(Span::raw(format!(" · {}", facts.join(" · "))));
     if let Some(scope) = state.scope.label() {
         // Limited from the command line (tui --gpu, --only-visible, --user): say so up front.
-        spans.push(Span::styled(format!(" · only {scope}"), t.warn()));
+        pieces.push((1, Span::styled(format!("only {scope}"), t.warn())));
     }
-    spans.push(Span::raw(" · "));
-    if ctx.stale(frame) {
-        spans.push(Span::styled(
+    // What is on screen (older than the newest sample while paused).
+    let shown = state.shown.as_ref().map_or(frame, |f| f);
+    let replay = info.span.filter(|_| info.kind == SourceKind::Replay);
+    let fresh = if let Some(span) = replay {
+        // A replay's samples are recorded: where in the recording the screen is, not how long
+        // ago the sampler handed the sample over (always a fraction of a second).
+        Span::styled(replay_position(&span, shown.sample.taken_at), t.dim())
+    } else if ctx.stale(frame) {
+        Span::styled(
             format!("STALE {:.0}s", ctx.age(frame).as_secs_f64()),
             t.bad(),
-        ));
+        )
     } else {
-        spans.push(Span::styled(
+        Span::styled(
             format!("sample {:.1}s ago", ctx.age(frame).as_secs_f64()),
             t.dim(),
-        ));
-    }
+        )
+    };
+    pieces.push((0, fresh));
     if let Some((text, bad)) = link {
         // Connected: where from, dimmed. Down: the whole story, loud, before anything else.
-        spans.push(Span::raw(" · "));
-        spans.push(Span::styled(text, if bad { t.bad() } else { t.dim() }));
+        pieces.push((
+            if bad { 0 } else { 3 },
+            Span::styled(text, if bad { t.bad() } else { t.dim() }),
+        ));
     }
     if state.paused {
         // What is on screen is older than the newest sample: say how old (it said "sample
-        // 0.0s ago · PAUSED", the newest sample's age, while the screen stood still).
-        let shown = state.shown.as_ref().map_or(frame, |f| f);
+        // 0.0s ago · PAUSED", the newest sample's age, while the screen stood still). A
+        // replay's position says where the screen is already.
         let age = (ctx.now - shown.sample.taken_at).max(0.0);
-        spans.push(Span::raw(" · "));
-        spans.push(Span::styled(
-            format!(
-                "PAUSED (p): the screen is from {} ago",
-                crate::output::fmt_eta(age)
+        pieces.push((
+            0,
+            Span::styled(
+                if replay.is_some() {
+                    "PAUSED (p)".to_string()
+                } else {
+                    format!(
+                        "PAUSED (p): the screen is from {} ago",
+                        crate::output::fmt_eta(age)
+                    )
+                },
+                t.warn(),
             ),
-            t.warn(),
         ));
     }
     let n = state.findings_lines(ctx.mono).len();
     if n > 0 {
-        spans.push(Span::raw(" · "));
-        spans.push(Span::styled(
-            format!("{n} finding{}", if n == 1 { "" } else { "s" }),
-            t.warn(),
+        pieces.push((
+            0,
+            Span::styled(
+                format!("{n} finding{}", if n == 1 { "" } else { "s" }),
+                t.warn(),
+            ),
         ));
     }
-    super::draw_lines(f, area, &[Line::from(spans)]);
+    pieces
+}
+
+fn spans_width(spans: &[Span<'_>]) -> usize {
+    spans.iter().map(Span::width).sum()
+}
+
+/// A replay's position: the recorded time of the sample on screen (UTC) and how far into the
+/// recording it is, e.g. `at 2026-11-29 12:01:23 UTC · 01:23 of 10:00`.
+fn replay_position(span: &RecordingSpan, taken_at: f64) -> String {
+    let offset = span.offset(taken_at);
+    let at = crate::times::format_rfc3339(span.start + offset).replacen('T', " ", 1);
+    let at = at.strip_suffix('Z').unwrap_or(&at);
+    let secs = |s: f64| s.max(0.0).round() as u64;
+    format!(
+        "at {at} UTC · {} of {}",
+        crate::output::fmt_elapsed(secs(offset)),
+        crate::output::fmt_elapsed(secs(span.length()))
+    )
+}
+
+/// The host summary's label, the separator of its pieces, and the least gap before it.
+const LABEL: &str = "host ";
+const SEP: &str = " · ";
+const GAP: usize = 3;
+
+/// This host's CPU, memory, swap and load average, right-aligned after the header's facts
+/// (`used` cells of `width`): the pieces that fit whole, memory first, then CPU, swap and
+/// load; nothing when not even memory fits. Memory is coloured by the memory levels a GPU's
+/// bar uses (host RAM running out kills training jobs), swap likewise while memory is at a
+/// warning or worse and swap is in use.
+fn host_summary(
+    h: &HostSummary,
+    width: usize,
+    used: usize,
+    t: crate::tui::theme::Theme,
+) -> Vec<Span<'static>> {
+    use crate::detect::MemLevel;
+    use crate::output::fmt_bytes;
+    let level = t
+        .mem_levels
+        .level(h.memory_used(), h.memory_total, Some(h.memory_available));
+    let loud = level.filter(|l| *l >= MemLevel::Warning);
+    let mem_style = loud.map_or_else(Style::new, |l| t.mem_level(Some(l)));
+    let swap_style = if loud.is_some() && h.swap_used > 0 {
+        let swap_full = h.swap_used as f64 >= 0.9 * h.swap_total as f64;
+        t.mem_level(Some(if swap_full {
+            MemLevel::Critical
+        } else {
+            loud.unwrap_or(MemLevel::Warning)
+        }))
+    } else {
+        Style::new()
+    };
+    // (rank when cut, text, style), in the order shown.
+    let mut pieces: Vec<(u8, String, Style)> = Vec::new();
+    if let Some(cpu) = h.cpu_percent {
+        pieces.push((1, format!("CPU {cpu:.0}%"), Style::new()));
+    }
+    if h.memory_total > 0 {
+        let mem = format!(
+            "mem {}/{}",
+            fmt_bytes(h.memory_used()),
+            fmt_bytes(h.memory_total)
+        );
+        pieces.push((0, mem, mem_style));
+    }
+    if h.swap_total > 0 {
+        let swap = format!(
+            "swap {}/{}",
+            fmt_bytes(h.swap_used),
+            fmt_bytes(h.swap_total)
+        );
+        pieces.push((2, swap, swap_style));
+    }
+    if let Some([one, five, fifteen]) = h.load {
+        pieces.push((
+            3,
+            format!("load {one:.2} {five:.2} {fifteen:.2}"),
+            Style::new(),
+        ));
+    }
+    let cells = |chosen: &[&(u8, String, Style)]| {
+        LABEL.len()
+            + chosen.iter().map(|p| p.1.chars().count()).sum::<usize>()
+            + SEP.chars().count() * chosen.len().saturating_sub(1)
+    };
+    let room = width.saturating_sub(used + GAP);
+    let mut ranked: Vec<&(u8, String, Style)> = pieces.iter().collect();
+    ranked.sort_by_key(|p| p.0);
+    let mut keep = ranked.len();
+    while keep > 0 && cells(&ranked[..keep]) > room {
+        keep -= 1;
+    }
+    if keep == 0 {
+        return Vec::new();
+    }
+    let ranks: Vec<u8> = ranked[..keep].iter().map(|p| p.0).collect();
+    let chosen: Vec<&(u8, String, Style)> =
+        pieces.iter().filter(|p| ranks.contains(&p.0)).collect();
+    let pad = width.saturating_sub(used + cells(&chosen));
+    let mut out = vec![Span::raw(" ".repeat(pad)), Span::styled(LABEL, t.dim())];
+    for (i, (_, text, style)) in chosen.into_iter().enumerate() {
+        if i > 0 {
+            out.push(Span::styled(SEP, t.dim()));
+        }
+        out.push(Span::styled(text.clone(), *style));
+    }
+    out
 }
 
 pub fn render_findings(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Context) {

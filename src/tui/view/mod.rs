@@ -1,7 +1,8 @@
 //! Rendering: a pure function of the UI state (and the clock it is given). One file per panel.
 //!
 //! ```text
-//! ┌ header: host · source · driver · sample age / STALE · PAUSED · findings ────────────┐
+//! ┌ header: host · source · driver · age / STALE / replay position · PAUSED · findings ──┐
+//! │   · this host's CPU, memory, swap, load (right-aligned, live and demo only)          │
 //! │ GPU panels: name, memory bar mine|external|unattributed|free, used/total,            │
 //! │   util and memory-bandwidth sparklines, temperature vs slowdown, power, clocks, PCIe │
 //! │   (one line per GPU when space is short; two columns on wide screens)                │

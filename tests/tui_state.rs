@@ -526,3 +526,18 @@ fn host_focus_follows_the_rows_on_screen_and_is_all_when_sorted_by_cpu_or_rss() 
     st.update(Command::SortBy(SortKey::Pid));
     assert!(st.host_focus().is_some());
 }
+
+#[test]
+fn esc_closes_a_chart_opened_from_the_findings_panel_first_then_gives_the_keys_back() {
+    use gpuwatch::tui::state::{Mode, View};
+    let (mut st, _) = demo_state(SourceKind::Demo);
+    st.update(Command::FocusFindings);
+    assert_eq!(st.mode(), Mode::Findings);
+    st.update(Command::OpenChart);
+    assert_eq!(st.mode(), Mode::Chart);
+    st.update(Command::Back);
+    assert_eq!(st.view, View::Table, "Esc closes the chart on screen first");
+    assert_eq!(st.mode(), Mode::Findings, "back where it was opened");
+    st.update(Command::Back);
+    assert_eq!(st.mode(), Mode::Table);
+}

@@ -1206,7 +1206,9 @@ impl UiState {
             self.help = false;
         } else if self.kill.is_some() {
             self.kill = None;
-        } else if self.findings_focus {
+        } else if self.findings_focus && matches!(self.view, View::Table | View::Tree) {
+            // The panel had the keys: they go back to the table (a chart or detail opened
+            // over it closes first, below).
             self.findings_focus = false;
         } else if self.view != View::Table {
             self.view = View::Table;

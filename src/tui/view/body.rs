@@ -115,8 +115,9 @@ const DROP_ORDER: [usize; 6] = [11, 9, 7, 10, 3, 8];
 const MIN_COMMAND: usize = 40;
 /// What stays in place while the table scrolls sideways: the marker, GPU and PID.
 const PINNED: usize = 2 + 5 + 8;
-/// Columns that can be empty on every row (user, peak, CPU %, RSS, elapsed, container).
-const MAY_BE_EMPTY: [usize; 6] = [2, 7, 8, 9, 10, 11];
+/// Columns that can be empty on every row (user, CPU %, RSS, elapsed, container; a peak is
+/// known wherever a process's memory is).
+const MAY_BE_EMPTY: [usize; 5] = [2, 8, 9, 10, 11];
 
 /// Which columns have a value on some process row: a column that is `-` on every row (no
 /// containers on this host; nothing visible here) is not shown.
@@ -129,15 +130,16 @@ fn filled_columns(state: &UiState) -> [bool; 13] {
         filled[i] = false;
     }
     for r in state.rows.iter().filter(|r| r.is_process()) {
-        let Some(g) = frame.sample.gpus.get(r.gpu) else {
-            continue;
-        };
-        let Some(p) = g.processes.get(r.proc) else {
+        let Some(p) = frame
+            .sample
+            .gpus
+            .get(r.gpu)
+            .and_then(|g| g.processes.get(r.proc))
+        else {
             continue;
         };
         let h = &p.host;
         filled[2] |= h.user.is_some();
-        filled[7] |= state.derived_of(g, p).peak.is_some();
         filled[8] |= h.cpu_percent.is_some();
         filled[9] |= h.rss_bytes.is_some();
         filled[10] |= h.start_time.is_some();

@@ -710,6 +710,15 @@ fn the_findings_panel_takes_the_keys_scrolls_and_goes_to_a_findings_process_or_g
         of.split(' ').next().unwrap().parse().unwrap()
     };
     assert!(total >= 5, "{s}");
+    // At 80 columns the header leaves out whole pieces and keeps the count; the footer's
+    // hints are whole, `f` among them.
+    let header = s.lines().next().unwrap_or("");
+    assert!(
+        header.contains(&format!("{total} findings")) && !header.trim_end().ends_with('·'),
+        "{header:?}"
+    );
+    let footer = s.lines().last().unwrap_or("");
+    assert!(footer.contains("f findings"), "{footer:?}");
     // `f` gives the panel the keys; End scrolls to its last finding.
     t.keys(&["f", "End"]);
     let s = t.wait_for("the panel scrolled to its end", |s| {
@@ -717,6 +726,13 @@ fn the_findings_panel_takes_the_keys_scrolls_and_goes_to_a_findings_process_or_g
             .any(|l| l.contains(&format!(" of {total}) ! ")) && l.contains(&format!("–{total} ")))
     });
     assert!(s.contains("Esc back"), "the footer says how to leave:\n{s}");
+    // A chart opened from there closes first on Esc, and the panel has the keys again.
+    t.keys(&["c"]);
+    t.wait_for("the chart", |s| s.contains("+/- zoom"));
+    t.keys(&["Escape"]);
+    t.wait_for("the panel's keys again", |s| {
+        s.lines().last().is_some_and(|l| l.contains("↑↓ move"))
+    });
     // Back to the table, on a 160×48 screen where the panel shows them all.
     t.keys(&["Escape"]);
     t.tmux(&["resize-window", "-t", "t", "-x", "160", "-y", "48"]);

@@ -141,26 +141,13 @@ mod tests {
     use super::*;
     use crate::detect::RuleKind;
 
+    /// The alert tests' finding on GPU 0, about `pid` when given, its condition 10 s old.
     fn finding(rule: RuleKind, pid: Option<u32>, severity: Severity, at: f64) -> Finding {
-        Finding {
-            id: FindingId {
-                rule,
-                gpu: "GPU-0".into(),
-                pid,
-            },
-            severity,
-            gpu_index: Some(0),
-            since: at - 10.0,
-            at,
-            summary: format!("{rule} at {at}"),
-            time_to_full_s: None,
-            rate_bytes_per_s: None,
-            bytes: None,
-            baseline_bytes: None,
-            unattributed_bytes: None,
-            culprits: Vec::new(),
-            culprits_at: None,
-        }
+        let mut f = crate::alert::test_support::finding(rule, "GPU-0", Some(0), severity, at);
+        f.id.pid = pid;
+        f.since = at - 10.0;
+        f.summary = format!("{rule} at {at}");
+        f
     }
 
     #[test]

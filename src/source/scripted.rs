@@ -375,20 +375,24 @@ mod tests {
         assert!(demo.past(Duration::ZERO, Duration::from_secs(1)).is_empty());
     }
 
+    /// The dashboard's analysis at the defaults, alice's processes watched.
+    fn alice_analyzer() -> crate::analysis::Analyzer {
+        crate::analysis::Analyzer::new(
+            crate::detect::Rules::default(),
+            Duration::from_mins(10),
+            crate::analysis::Detail::Full,
+            crate::watch::WatchSet::new(Vec::new(), Some("alice".into())),
+        )
+    }
+
     /// The demo's past run through the analysis leaves every story open at its start: near
     /// capacity, filling-up with its time to full, a leak, external pressure, an idle holder,
     /// an exited process whose memory the driver still holds.
     #[test]
     fn the_demo_primed_with_its_past_opens_six_rules_at_its_start() {
-        use crate::analysis::{Analyzer, Detail};
         let demo = ScriptedSource::demo().expect("demo");
         let info = std::sync::Arc::new(demo.info());
-        let mut analyzer = Analyzer::new(
-            crate::detect::Rules::default(),
-            Duration::from_mins(10),
-            Detail::Full,
-            crate::watch::WatchSet::new(Vec::new(), Some("alice".into())),
-        );
+        let mut analyzer = alice_analyzer();
         analyzer.prime(
             demo.past(crate::source::PREROLL, Duration::from_secs(1)),
             &info,
@@ -414,15 +418,9 @@ mod tests {
     /// /metrics) is the finding's, also on frames whose window alone is no ramp.
     #[test]
     fn the_time_to_full_of_a_gpu_is_its_open_filling_up_findings() {
-        use crate::analysis::{Analyzer, Detail};
         let demo = ScriptedSource::demo().expect("demo");
         let info = std::sync::Arc::new(demo.info());
-        let mut analyzer = Analyzer::new(
-            crate::detect::Rules::default(),
-            Duration::from_mins(10),
-            Detail::Full,
-            crate::watch::WatchSet::new(Vec::new(), Some("alice".into())),
-        );
+        let mut analyzer = alice_analyzer();
         let wall = 1_800_000_000.0;
         analyzer.prime(
             demo.past_at(

@@ -732,19 +732,7 @@ impl UiState {
     /// Help open: the keys scroll it, within its length.
     fn scroll_help(&mut self, cmd: Command) {
         let (page, max) = super::keymap::help_page(self.size.1);
-        let now = self.help_scroll;
-        self.help_scroll = match cmd {
-            Command::Up => now.saturating_sub(1),
-            Command::Down => now + 1,
-            Command::PageUp => now.saturating_sub(page),
-            Command::PageDown => now + page,
-            Command::Home => 0,
-            Command::End => max,
-            Command::ScrollUp => now.saturating_sub(3),
-            Command::ScrollDown => now + 3,
-            _ => now,
-        }
-        .min(max);
+        self.help_scroll = moved(cmd, self.help_scroll, page, max + 1);
     }
 
     /// Rows of the tree the body shows (below its header line).
@@ -894,14 +882,16 @@ impl UiState {
     /// Cursor, paging, mouse, terminal size.
     fn navigate(&mut self, cmd: Command) {
         match cmd {
-            Command::Up => self.select(self.selected.saturating_sub(1)),
-            Command::Down => self.select(self.selected + 1),
-            Command::PageUp => self.select(self.selected.saturating_sub(self.page_rows())),
-            Command::PageDown => self.select(self.selected + self.page_rows()),
-            Command::Home => self.select(0),
-            Command::End => self.select(self.rows.len().saturating_sub(1)),
-            Command::ScrollUp => self.select(self.selected.saturating_sub(3)),
-            Command::ScrollDown => self.select(self.selected + 3),
+            Command::Up
+            | Command::Down
+            | Command::PageUp
+            | Command::PageDown
+            | Command::Home
+            | Command::End
+            | Command::ScrollUp
+            | Command::ScrollDown => {
+                self.select(moved(cmd, self.selected, self.page_rows(), self.rows.len()));
+            }
             Command::Click(x, y) => self.click(x, y),
             Command::Resize(w, h) => {
                 self.size = (w, h);
@@ -1102,7 +1092,7 @@ impl UiState {
         } else {
             let l = self.layout();
             (
-                self.findings_lines(Instant::now()).len(),
+                self.findings_count(Instant::now()),
                 usize::from(l.findings.height).max(1),
             )
         };
@@ -1111,18 +1101,7 @@ impl UiState {
         } else {
             self.findings_cursor
         };
-        let next = match cmd {
-            Command::Up => cursor.saturating_sub(1),
-            Command::Down => cursor + 1,
-            Command::PageUp => cursor.saturating_sub(page),
-            Command::PageDown => cursor + page,
-            Command::Home => 0,
-            Command::End => count,
-            Command::ScrollUp => cursor.saturating_sub(3),
-            Command::ScrollDown => cursor + 3,
-            _ => cursor,
-        }
-        .min(count.saturating_sub(1));
+        let next = moved(cmd, cursor, page, count);
         if in_view {
             self.log_cursor = next;
         } else {
@@ -1304,6 +1283,23 @@ impl UiState {
             }
         }
     }
+}
+
+/// Where a cursor key moves a cursor at `at` over `len` lines shown `page` at a time (the
+/// table's, the findings', the help's): within `0..len`.
+fn moved(cmd: Command, at: usize, page: usize, len: usize) -> usize {
+    let to = match cmd {
+        Command::Up => at.saturating_sub(1),
+        Command::Down => at.saturating_add(1),
+        Command::PageUp => at.saturating_sub(page),
+        Command::PageDown => at.saturating_add(page),
+        Command::Home => 0,
+        Command::End => len,
+        Command::ScrollUp => at.saturating_sub(3),
+        Command::ScrollDown => at.saturating_add(3),
+        _ => at,
+    };
+    to.min(len.saturating_sub(1))
 }
 
 /// Puts each GPU's unattributed row after that GPU's last process row (at the end for a GPU

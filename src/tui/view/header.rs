@@ -37,22 +37,8 @@ pub fn render(f: &mut Frame<'_>, area: Rect, state: &UiState, ctx: &Context) {
         return;
     };
     let mut pieces = pieces(state, ctx, frame, link);
-    let width = usize::from(area.width);
-    let cost = |pieces: &[(u8, Span<'static>)]| -> usize {
-        spans_width(&spans) + pieces.iter().map(|(_, p)| p.width() + 3).sum::<usize>()
-    };
-    while cost(&pieces) > width {
-        let Some(worst) = pieces
-            .iter()
-            .enumerate()
-            .filter(|(_, (rank, _))| *rank > 0)
-            .max_by_key(|(i, (rank, _))| (*rank, *i))
-            .map(|(i, _)| i)
-        else {
-            break;
-        };
-        pieces.remove(worst);
-    }
+    let room = usize::from(area.width).saturating_sub(spans_width(&spans));
+    fit_ranked(&mut pieces, room, " · ".chars().count(), Some(0));
     for (_, piece) in pieces {
         spans.push(Span::raw(" · "));
         spans.push(piece);
@@ -137,7 +123,7 @@ fn pieces(
             ),
         ));
     }
-    let n = state.findings_lines(ctx.mono).len();
+    let n = state.findings_count(ctx.mono);
     if n > 0 {
         pieces.push((
             0,
@@ -148,6 +134,28 @@ fn pieces(
         ));
     }
     pieces
+}
+
+/// Leaves out of `pieces` (rank, text, in the order shown; each costs its width and `sep`)
+/// the least important (the highest rank, the later of equal ones) until they fit in `room`,
+/// whole: a piece is never cut. Ranks up to `keep` stay even when they do not fit. The header's
+/// facts and its host summary are fitted so.
+fn fit_ranked(pieces: &mut Vec<(u8, Span<'static>)>, room: usize, sep: usize, keep: Option<u8>) {
+    let cost = |pieces: &[(u8, Span<'static>)]| -> usize {
+        pieces.iter().map(|(_, p)| p.width() + sep).sum()
+    };
+    while cost(pieces) > room {
+        let Some(worst) = pieces
+            .iter()
+            .enumerate()
+            .filter(|(_, (rank, _))| keep.is_none_or(|k| *rank > k))
+            .max_by_key(|(i, (rank, _))| (*rank, *i))
+            .map(|(i, _)| i)
+        else {
+            break;
+        };
+        pieces.remove(worst);
+    }
 }
 
 fn spans_width(spans: &[Span<'_>]) -> usize {
@@ -202,9 +210,9 @@ fn host_summary(
         Style::new()
     };
     // (rank when cut, text, style), in the order shown.
-    let mut pieces: Vec<(u8, String, Style)> = Vec::new();
+    let mut pieces: Vec<(u8, Span<'static>)> = Vec::new();
     if let Some(cpu) = h.cpu_percent {
-        pieces.push((1, format!("CPU {cpu:.0}%"), Style::new()));
+        pieces.push((1, Span::raw(format!("CPU {cpu:.0}%"))));
     }
     if h.memory_total > 0 {
         let mem = format!(
@@ -212,7 +220,7 @@ fn host_summary(
             fmt_bytes(h.memory_used()),
             fmt_bytes(h.memory_total)
         );
-        pieces.push((0, mem, mem_style));
+        pieces.push((0, Span::styled(mem, mem_style)));
     }
     if h.swap_total > 0 {
         let swap = format!(
@@ -220,40 +228,31 @@ fn host_summary(
             fmt_bytes(h.swap_used),
             fmt_bytes(h.swap_total)
         );
-        pieces.push((2, swap, swap_style));
+        pieces.push((2, Span::styled(swap, swap_style)));
     }
     if let Some([one, five, fifteen]) = h.load {
         pieces.push((
             3,
-            format!("load {one:.2} {five:.2} {fifteen:.2}"),
-            Style::new(),
+            Span::raw(format!("load {one:.2} {five:.2} {fifteen:.2}")),
         ));
     }
-    let cells = |chosen: &[&(u8, String, Style)]| {
-        LABEL.len()
-            + chosen.iter().map(|p| p.1.chars().count()).sum::<usize>()
-            + SEP.chars().count() * chosen.len().saturating_sub(1)
-    };
-    let room = width.saturating_sub(used + GAP);
-    let mut ranked: Vec<&(u8, String, Style)> = pieces.iter().collect();
-    ranked.sort_by_key(|p| p.0);
-    let mut keep = ranked.len();
-    while keep > 0 && cells(&ranked[..keep]) > room {
-        keep -= 1;
-    }
-    if keep == 0 {
+    // The label and the separators between the pieces kept: LABEL + Σ (piece + SEP) − SEP.
+    let sep = SEP.chars().count();
+    let room = (width + sep).saturating_sub(used + GAP + LABEL.len());
+    fit_ranked(&mut pieces, room, sep, None);
+    if pieces.is_empty() {
         return Vec::new();
     }
-    let ranks: Vec<u8> = ranked[..keep].iter().map(|p| p.0).collect();
-    let chosen: Vec<&(u8, String, Style)> =
-        pieces.iter().filter(|p| ranks.contains(&p.0)).collect();
-    let pad = width.saturating_sub(used + cells(&chosen));
+    let cells = LABEL.len()
+        + pieces.iter().map(|(_, p)| p.width()).sum::<usize>()
+        + sep * (pieces.len() - 1);
+    let pad = width.saturating_sub(used + cells);
     let mut out = vec![Span::raw(" ".repeat(pad)), Span::styled(LABEL, t.dim())];
-    for (i, (_, text, style)) in chosen.into_iter().enumerate() {
+    for (i, (_, piece)) in pieces.into_iter().enumerate() {
         if i > 0 {
             out.push(Span::styled(SEP, t.dim()));
         }
-        out.push(Span::styled(text.clone(), *style));
+        out.push(piece);
     }
     out
 }

@@ -1114,6 +1114,13 @@ fn an_exited_process_keeps_its_row_and_is_reported_on_the_dashboard() {
         Some(user),
         "{alive}\n{gone}"
     );
-    t.keys(&["q"]);
+    // The only row is selected: the kill key refuses, there is no process to signal.
+    t.keys(&["K"]);
+    t.wait_for("the refusal", |s| {
+        s.contains(&format!(
+            "PID {pid} has exited: no process is left to signal"
+        ))
+    });
+    t.keys(&["Escape", "q"]);
     t.wait_for("exit", |s| s.contains("EXITED rc=0"));
 }

@@ -2,13 +2,14 @@
 """CPU cost of the live dashboard (`gpuwatch` in a terminal), against nvtop's and nvitop's on the same GPUs.
 
 Every tool runs against the NVML test double (crates/fake-nvml) with 8 GPUs x 50 processes whose
-PIDs are 400 real `sleep` processes (so /proc enrichment runs for real), on one shared timeline
-(FAKE_NVML_EPOCH). Each tool runs in a detached tmux session of 200x60 at a 1 s interval
-(gpuwatch --interval 1s, nvtop -d 10, nvitop --interval 1); after a warm-up the script reads
-utime+stime of the tool's process from /proc/PID/stat (the main PID's line covers all its
+PIDs are 400 real `sleep` processes (so /proc enrichment runs for real). Every run starts at the
+scenario's time 0 (FAKE_NVML_EPOCH is set when its session starts), so every tool is measured over
+the same stretch of the timeline. Each tool runs in a detached tmux session of 200x60 at a 1 s
+interval (gpuwatch --interval 1s, nvtop -d 10, nvitop --interval 1); after a warm-up the script
+reads utime+stime of the tool's process from /proc/PID/stat (the main PID's line covers all its
 threads) at the start and end of the window and prints the CPU time as % of one core. Each tool
-is measured --repeats times, the tools taking turns (so a noisy neighbour hits all of them), and
-the median is reported. One `tmux capture-pane -p` of each tool's last run goes to
+is measured --repeats times, the tools taking turns, in reverse order every other round (so a
+noisy neighbour or a drift hits all of them alike), and the median is reported. One `tmux capture-pane -p` of each tool's last run goes to
 target/tui-cpu/*.txt.
 
     python3 bench/tui_cpu.py [--window 60] [--warmup 10] [--repeats 3] [--with-nvtop]
@@ -48,12 +49,17 @@ def tmux(*args, check=True):
     )
 
 
-def cpu_ticks(pid):
-    """utime + stime of PID (all threads), in clock ticks."""
+def cpu_split(pid):
+    """(utime, stime) of PID (all threads), in clock ticks."""
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     # fields[0] is field 3 (state); utime and stime are fields 14 and 15.
-    return int(fields[11]) + int(fields[12])
+    return int(fields[11]), int(fields[12])
+
+
+def cpu_ticks(pid):
+    """utime + stime of PID (all threads), in clock ticks."""
+    return sum(cpu_split(pid))
 
 
 def thread_ticks(pid):
@@ -164,9 +170,10 @@ def nvtop_binary():
     return path, (probe.stdout or probe.stderr).strip()
 
 
-def measure(name, argv, env, marker, args):
-    """Run ARGV in a detached 200x60 tmux session; return (cpu %, tmux server cpu %, pane text)."""
+def start(name, argv, env, marker, epoch):
+    """Start ARGV in a detached 200x60 tmux session; return (name, session, pid of the tool)."""
     session = f"tuicpu-{name}"
+    env = dict(env, FAKE_NVML_EPOCH=f"{epoch:.3f}")
     tmux(
         "new-session", "-d", "-s", session, "-x", "200", "-y", "60",
         "env", *[f"{k}={v}" for k, v in env.items()], *argv,
@@ -180,25 +187,73 @@ def measure(name, argv, env, marker, args):
             time.sleep(0.1)
     if pid is None:
         raise RuntimeError(f"{name}: no process matching {marker!r} under pane {pane_pid}:\n{pane_text(session)}")
-    time.sleep(args.warmup)
-    dead = tmux("list-panes", "-t", session, "-F", "#{pane_dead} #{pane_dead_status}").stdout.split()
-    if dead and dead[0] == "1":
-        raise RuntimeError(f"{name} exited (status {dead[1:]}) during warm-up; its screen:\n{pane_text(session)}")
-    server = int(tmux("display-message", "-p", "#{pid}").stdout.strip())
-    t0, c0, s0, th0 = time.monotonic(), cpu_ticks(pid), cpu_ticks(server), thread_ticks(pid)
-    time.sleep(args.window)
-    t1, c1, s1, th1 = time.monotonic(), cpu_ticks(pid), cpu_ticks(server), thread_ticks(pid)
-    text = pane_text(session)
-    with open(os.path.join(OUTDIR, f"{name}.txt"), "w") as f:
-        f.write(text)
-    tmux("kill-session", "-t", session, check=False)
-    wall = t1 - t0
-    if args.threads:
-        # Threads that ended during the window are missing: the total above is authoritative.
-        per = {n: (th1[n] - th0.get(n, 0)) / CLK_TCK / wall * 100 for n in th1}
-        busy = sorted(per.items(), key=lambda kv: -kv[1])
-        print(f"  {name} threads: " + ", ".join(f"{n} {c:.2f} %" for n, c in busy if c > 0), flush=True)
-    return (c1 - c0) / CLK_TCK / wall * 100, (s1 - s0) / CLK_TCK / wall * 100, text
+    return name, session, pid
+
+
+def callgrind_total(path_prefix):
+    """Instructions counted in the newest callgrind dump whose name starts with PATH_PREFIX."""
+    dumps = sorted(
+        (p for p in os.listdir(os.path.dirname(path_prefix))
+         if p.startswith(os.path.basename(path_prefix)) and not p.endswith(".0")),
+        key=lambda p: os.path.getmtime(os.path.join(os.path.dirname(path_prefix), p)),
+    )
+    for p in reversed(dumps):
+        with open(os.path.join(os.path.dirname(path_prefix), p)) as f:
+            for line in f:
+                if line.startswith("summary:"):
+                    return int(line.split()[1])
+    raise RuntimeError(f"no callgrind dump with a summary at {path_prefix}*")
+
+
+def measure(runs, args, cg_prefix=None):
+    """Run each (name, argv, env, marker) of RUNS in its own detached 200x60 tmux session, all
+    started together, and measure them over one window. Return {name: (cpu %, tmux server cpu %,
+    pane text, instructions per second or None, the kernel's part of the cpu %)}.
+
+    Every measurement starts at the scenario's time 0 (FAKE_NVML_EPOCH is now), so each tool is
+    measured over the same stretch of the timeline: the same memory ramps, the same trends for a
+    detector to find. Runs measured together (two gpuwatch builds) also share their neighbours'
+    noise. CG_PREFIX: the runs are under callgrind, whose counters are zeroed at the start of the
+    window and dumped at its end (to files starting with CG_PREFIX + name)."""
+    epoch = time.time()
+    started = [start(name, argv, env, marker, epoch) for name, argv, env, marker in runs]
+    try:
+        time.sleep(args.warmup)
+        for name, session, _ in started:
+            dead = tmux("list-panes", "-t", session, "-F", "#{pane_dead} #{pane_dead_status}").stdout.split()
+            if dead and dead[0] == "1":
+                raise RuntimeError(f"{name} exited (status {dead[1:]}) during warm-up; its screen:\n{pane_text(session)}")
+        server = int(tmux("display-message", "-p", "#{pid}").stdout.strip())
+        if cg_prefix:
+            for _, _, pid in started:
+                subprocess.run(["callgrind_control", "-z", str(pid)], capture_output=True, check=True)
+        t0, s0 = time.monotonic(), cpu_ticks(server)
+        c0 = {name: (cpu_split(pid), thread_ticks(pid)) for name, _, pid in started}
+        time.sleep(args.window)
+        t1, s1 = time.monotonic(), cpu_ticks(server)
+        c1 = {name: (cpu_split(pid), thread_ticks(pid)) for name, _, pid in started}
+        if cg_prefix:
+            for _, _, pid in started:
+                subprocess.run(["callgrind_control", "-d", str(pid)], capture_output=True, check=True)
+        wall = t1 - t0
+        out = {}
+        for name, session, _ in started:
+            text = pane_text(session)
+            with open(os.path.join(OUTDIR, f"{name}.txt"), "w") as f:
+                f.write(text)
+            instr = callgrind_total(cg_prefix + name) / wall if cg_prefix else None
+            user, system = ((c1[name][0][k] - c0[name][0][k]) / CLK_TCK / wall * 100 for k in (0, 1))
+            out[name] = (user + system, (s1 - s0) / CLK_TCK / wall * 100, text, instr, system)
+            if args.threads:
+                # Threads that ended during the window are missing: the total above is authoritative.
+                th0, th1 = c0[name][1], c1[name][1]
+                per = {n: (th1[n] - th0.get(n, 0)) / CLK_TCK / wall * 100 for n in th1}
+                busy = sorted(per.items(), key=lambda kv: -kv[1])
+                print(f"  {name} threads: " + ", ".join(f"{n} {c:.2f} %" for n, c in busy if c > 0), flush=True)
+        return out
+    finally:
+        for _, session, _ in started:
+            tmux("kill-session", "-t", session, check=False)
 
 
 def machine():
@@ -232,6 +287,8 @@ def main():
     ap.add_argument("--compare", metavar="PATH",
                     help="also measure this other gpuwatch build (e.g. the one before a change) in the same rotation")
     ap.add_argument("--threads", action="store_true", help="also print each tool's CPU per thread name")
+    ap.add_argument("--callgrind", action="store_true",
+                    help="then count each gpuwatch build's user-space instructions under valgrind's callgrind")
     ap.add_argument("--gpus", type=int, default=8)
     ap.add_argument("--procs", type=int, default=50, help="processes per GPU (50)")
     args = ap.parse_args()
@@ -241,6 +298,8 @@ def main():
         sys.exit("--gpus: at most 200 (PCI bus ids 0x18..0xDF)")
     if not shutil.which("tmux"):
         sys.exit("tmux is required")
+    if args.callgrind and not (shutil.which("valgrind") and shutil.which("callgrind_control")):
+        sys.exit("--callgrind: valgrind is not installed (Debian/Ubuntu: `apt-get install valgrind`)")
     nvtop = None
     if args.with_nvtop:
         nvtop, about = nvtop_binary()
@@ -278,9 +337,9 @@ def main():
     sleepers = []
     tmp = tempfile.mkdtemp(prefix="tuicpu-")
     try:
-        tools = 1 + bool(args.compare) + (nvtop is not None) + (py is not None)
+        windows = args.repeats * (1 + (nvtop is not None) + (py is not None)) + args.callgrind
         # Outlive every run, but not forever.
-        life = str(int((args.warmup + args.window + 5) * args.repeats * tools) + 120)
+        life = str(int((args.warmup + args.window + 15) * windows) + 120)
         sleepers = [subprocess.Popen(["sleep", life]) for _ in range(args.gpus * args.procs)]
         scenario = os.path.join(tmp, "scenario.toml")
         write_scenario(scenario, [s.pid for s in sleepers], args.gpus, args.procs)
@@ -293,7 +352,6 @@ def main():
         tmux("-f", os.path.join(tmp, "tmux.conf"), "start-server", ";", "new-session", "-d", "-s", "keep")
         env = {
             "FAKE_NVML_SCENARIO": scenario,
-            "FAKE_NVML_EPOCH": f"{time.time():.3f}",
             "XDG_CONFIG_HOME": tmp,  # no user config
             "TERM": "tmux-256color",
         }
@@ -306,71 +364,98 @@ def main():
         if nvtop is not None:
             print(f"nvtop: {nvtop} ({about})")
 
-        def run_gpuwatch(name="gpuwatch", binary=binary):
-            cpu, srv, text = measure(
-                name, [binary, "--interval", "1s"], dict(env, GPUWATCH_NVML_LIB=lib), binary, args
-            )
+        gw_env = dict(env, GPUWATCH_NVML_LIB=lib)
+
+        def check_gpuwatch(name, text):
             shown = len(re.findall(r"GPU +\d+ H200", text))
             pids_shown = sum(1 for s in sleepers if re.search(rf"\b{s.pid}\b", text))
-            assert shown >= args.gpus, f"gpuwatch shows {shown} GPUs, expected {args.gpus}; see {OUTDIR}/gpuwatch.txt"
+            assert shown >= args.gpus, f"{name} shows {shown} GPUs, expected {args.gpus}; see {OUTDIR}/{name}.txt"
             if pids_shown == 0:
-                print(f"WARNING: gpuwatch's screen shows no scenario PID; see {OUTDIR}/gpuwatch.txt")
-            return cpu, srv, f"{shown} GPU panels, {pids_shown} sleep PIDs"
+                print(f"WARNING: {name}'s screen shows no scenario PID; see {OUTDIR}/{name}.txt")
+            return f"{shown} GPU panels, {pids_shown} sleep PIDs"
 
-        def run_nvtop():
-            cpu, srv, text = measure("nvtop", [nvtop, "-d", "10"], peer_env, "nvtop", args)
+        def check_nvtop(name, text):
             shown = len(re.findall(r"Device +\d+ \[NVIDIA H200\]", text))
             pids_shown = sum(1 for s in sleepers if re.search(rf"\b{s.pid}\b", text))
             assert shown >= args.gpus, (f"nvtop shows {shown} GPUs, expected {args.gpus} (does the double "
                                         f"export every symbol nvtop needs?); see {OUTDIR}/nvtop.txt")
             if pids_shown == 0:
                 print(f"WARNING: nvtop's screen shows no scenario PID; see {OUTDIR}/nvtop.txt")
-            return cpu, srv, f"{shown} GPU headers, {pids_shown} sleep PIDs"
+            return f"{shown} GPU headers, {pids_shown} sleep PIDs"
 
-        def run_nvitop():
+        def check_nvitop(name, text):
+            shown = len(re.findall(r"│ +\d+ +H200 ", text))
+            pids_shown = sum(1 for s in sleepers if re.search(rf"\b{s.pid}\b", text))
+            assert shown >= args.gpus, f"nvitop shows {shown} GPUs, expected {args.gpus}; see {OUTDIR}/nvitop.txt"
+            return f"{shown} GPU rows, {pids_shown} sleep PIDs"
+
+        def run_nvitop_group():
             try:
-                cpu, srv, text = measure(
-                    "nvitop", [py, "-m", "nvitop", "--monitor", "full", "--interval", "1"], peer_env, "nvitop", args
-                )
+                return measure([("nvitop", [py, "-m", "nvitop", "--monitor", "full", "--interval", "1"],
+                                 peer_env, "nvitop")], args)
             except RuntimeError as e:
                 print(f"nvitop: could not be measured: {e}")
                 probe = subprocess.run([py, "-m", "nvitop", "-1"], env=dict(os.environ, **peer_env),
                                        capture_output=True, text=True)
                 print(f"`nvitop -1` on the double (rc {probe.returncode}):\n{probe.stdout}{probe.stderr}")
                 raise
-            shown = len(re.findall(r"│ +\d+ +H200 ", text))
-            pids_shown = sum(1 for s in sleepers if re.search(rf"\b{s.pid}\b", text))
-            assert shown >= args.gpus, f"nvitop shows {shown} GPUs, expected {args.gpus}; see {OUTDIR}/nvitop.txt"
-            return cpu, srv, f"{shown} GPU rows, {pids_shown} sleep PIDs"
 
-        plan = [("gpuwatch", run_gpuwatch)]
+        # The builds of gpuwatch (this one, and the --compare one) are measured together, in one
+        # window: the same timeline, the same neighbours. The peers each have a window of their own.
+        builds = [("gpuwatch", binary)]
         if args.compare:
             other = os.path.abspath(args.compare)
             if not os.access(other, os.X_OK):
                 sys.exit(f"--compare: {other} is not an executable file")
             if other == binary:
                 sys.exit("--compare: the same binary as the one measured")
-            print(f"compare: {other} as gpuwatch-cmp")
-            plan.append(("gpuwatch-cmp", lambda: run_gpuwatch("gpuwatch-cmp", other)))
+            print(f"compare: {other} as gpuwatch-cmp, measured in the same windows as gpuwatch")
+            builds.append(("gpuwatch-cmp", other))
+        checks = {name: check_gpuwatch for name, _ in builds}
+        plan = [lambda i: measure([(name, [path, "--interval", "1s"], gw_env, path)
+                                   for name, path in (builds if i % 2 == 0 else builds[::-1])], args)]
         if nvtop is not None:
-            plan.append(("nvtop", run_nvtop))
+            checks["nvtop"] = check_nvtop
+            plan.append(lambda i: measure([("nvtop", [nvtop, "-d", "10"], peer_env, "nvtop")], args))
         if py is not None:
-            plan.append(("nvitop", run_nvitop))
-        runs = {name: [] for name, _ in plan}
+            checks["nvitop"] = check_nvitop
+            plan.append(lambda i: run_nvitop_group())
+        runs = {name: [] for name in checks}
         for i in range(args.repeats):
-            for name, run in plan:
-                cpu, srv, screen = run()
-                runs[name].append((cpu, srv))
-                print(f"  run {i + 1}/{args.repeats} {name}: {cpu:.2f} % of one core "
-                      f"(tmux server {srv:.2f} %); screen: {screen}", flush=True)
+            for group in (plan if i % 2 == 0 else plan[::-1]):
+                for name, (cpu, srv, text, _, system) in sorted(group(i).items()):
+                    screen = checks[name](name, text)
+                    runs[name].append((cpu, srv))
+                    print(f"  run {i + 1}/{args.repeats} {name}: {cpu:.2f} % of one core, {system:.2f} in the "
+                          f"kernel (tmux server {srv:.2f} %); screen: {screen}", flush=True)
+        if len(builds) > 1:
+            print("  (the tmux server's figure for gpuwatch and gpuwatch-cmp is the one server drawing both)")
         print("steady CPU, % of one core:")
-        for name, _ in plan:
+        for name in checks:
             print("  " + median_line(name, runs[name]))
+        if len(builds) > 1:
+            ratios = [a / b for (a, _), (b, _) in zip(runs["gpuwatch"], runs["gpuwatch-cmp"]) if b > 0]
+            if ratios:
+                print(f"  gpuwatch / gpuwatch-cmp, window by window: median {statistics.median(ratios):.2f} "
+                      f"({', '.join(f'{r:.2f}' for r in ratios)})")
         if nvtop is not None:
             gw = statistics.median(c for c, _ in runs["gpuwatch"])
             nv = statistics.median(c for c, _ in runs["nvtop"])
             print(f"  gpuwatch / nvtop = {gw / nv:.2f}" if nv > 0 else "  nvtop used no measurable CPU")
-        print("screens: " + ", ".join(f"{OUTDIR}/{name}.txt" for name, _ in plan))
+        if args.callgrind:
+            # Instructions are a count, not a sample: the same work gives the same figure on a busy
+            # machine. Kernel time (the /proc reads, the terminal writes) is not in it.
+            prefix = os.path.join(tmp, "callgrind-")
+            out = measure([(name, ["valgrind", "--tool=callgrind", "--dump-instr=no",
+                                   f"--callgrind-out-file={prefix}{name}.%p", path, "--interval", "1s"],
+                            gw_env, path) for name, path in builds], args, cg_prefix=prefix)
+            print("user-space instructions under callgrind, one window of all builds together:")
+            for name, _ in builds:
+                print(f"  {name:<12} {out[name][3] / 1e6:8.1f} M instructions/s; screen: "
+                      f"{check_gpuwatch(name, out[name][2])}")
+            if len(builds) > 1 and out["gpuwatch-cmp"][3]:
+                print(f"  gpuwatch / gpuwatch-cmp = {out['gpuwatch'][3] / out['gpuwatch-cmp'][3]:.3f}")
+        print("screens: " + ", ".join(f"{OUTDIR}/{name}.txt" for name in checks))
     finally:
         tmux("kill-server", check=False)
         try:  # kill-server leaves the socket file behind

@@ -201,7 +201,8 @@ fn oom_torch_2_11_expandable_real() {
 
 #[test]
 fn oom_torch_1x_cached() {
-    // PyTorch 1.0–1.3 said "cached" for what later became "reserved in total by PyTorch".
+    // PyTorch 1.0–1.3's "cached" is the cache alone (amount cached − amount allocated), what
+    // 2.x calls "reserved by PyTorch but unallocated"; it was read as the reserved total.
     assert_eq!(
         oom("oom-torch-1.x-cached.txt"),
         OomFacts {
@@ -210,8 +211,9 @@ fn oom_torch_1x_cached() {
             total: Some(sz(1092, GI)),
             free: Some(sz(928, GI)),
             allocated: Some(sz(857, MI)),
-            reserved: Some(sz(468, MI)),
-            reserved_unallocated: Some(0),
+            // 1.0-1.3 "cached" is the cache alone, on top of what is allocated.
+            reserved: Some(sz(857, MI) + sz(468, MI)),
+            reserved_unallocated: Some(sz(468, MI)),
             ..facts(Framework::PyTorch)
         }
     );
@@ -476,7 +478,7 @@ fn oom_tensorflow() {
         OomFacts {
             gpu: Some(0),
             requested: Some(1_258_291_200),
-            total: Some(10_508_668_928),
+            limit: Some(10_508_668_928),
             allocated: Some(9_873_321_984),
             ..facts(Framework::TensorFlow)
         }
@@ -524,7 +526,7 @@ fn oom_rocm_mps_cupy() {
         oom("oom-mps.txt"),
         OomFacts {
             requested: Some(1024 * KI),
-            total: Some(sz(1813, GI)),
+            allowed: Some(sz(1813, GI)),
             allocated: Some(sz(1811, GI)),
             ..facts(Framework::Mps)
         }
@@ -533,7 +535,8 @@ fn oom_rocm_mps_cupy() {
         oom("oom-cupy.txt"),
         OomFacts {
             requested: Some(1_073_741_824),
-            allocated: Some(4_294_967_296),
+            // What CuPy's pool holds (cupy/cuda/memory.pyx), used and cached blocks.
+            reserved: Some(4_294_967_296),
             ..facts(Framework::Other)
         }
     );
@@ -828,11 +831,11 @@ fn every_fixture_is_asserted() {
     let this = include_str!("triage_corpus.rs");
     let mut count = 0;
     for entry in std::fs::read_dir(dir).expect("fixtures dir") {
-        let name = entry
-            .expect("entry")
-            .file_name()
-            .to_string_lossy()
-            .into_owned();
+        let entry = entry.expect("entry");
+        if entry.path().is_dir() {
+            continue; // public/: asserted by tests/triage_public.rs
+        }
+        let name = entry.file_name().to_string_lossy().into_owned();
         assert!(
             this.contains(&format!("\"{name}\"")),
             "{name} is not asserted"
@@ -1171,11 +1174,26 @@ fn diagnose_shape_in_features() {
     assert!(d.fixes.iter().any(|f| f.title.contains("Print the shapes")));
 }
 
+/// Every text of the corpus: the written and recorded ones, and the public ones
+/// (`public/{tune,holdout}/`, header included).
+fn fixture_paths() -> Vec<std::path::PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/triage");
+    let mut out = Vec::new();
+    for dir in [root.clone(), root.join("public/tune"), root.join("public/holdout")] {
+        for entry in std::fs::read_dir(dir).expect("fixtures dir") {
+            let path = entry.expect("entry").path();
+            if path.is_file() {
+                out.push(path);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
 #[test]
 fn every_fixture_diagnoses_and_renders() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/triage");
-    for entry in std::fs::read_dir(dir).expect("fixtures dir") {
-        let path = entry.expect("entry").path();
+    for path in fixture_paths() {
         let a = analyze(&std::fs::read_to_string(&path).expect("read"));
         let d = diagnose(&a, None);
         assert!(!d.headline.is_empty(), "{}", path.display());
@@ -1277,10 +1295,9 @@ mod properties {
     use proptest::prelude::*;
 
     fn fixtures() -> Vec<String> {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/triage");
-        let mut v: Vec<String> = std::fs::read_dir(dir)
-            .expect("fixtures dir")
-            .map(|e| std::fs::read_to_string(e.expect("entry").path()).expect("read"))
+        let mut v: Vec<String> = super::fixture_paths()
+            .iter()
+            .map(|p| std::fs::read_to_string(p).expect("read"))
             .collect();
         v.sort();
         v

@@ -607,7 +607,7 @@ fn oom(d: &mut Diagnosis, f: &OomFacts, ctx: Option<&Context>) {
         .or(job_bytes_ctx.filter(|b| *b > 0))
         .or(f.reserved)
         .or(f.allocated);
-    let total = f.total.or(view.map(|g| g.total));
+    let total = f.total.or(view.map(|g| g.total)).or(f.limit);
     let free = f.free.or(view.map(|g| g.free));
 
     // Facts.

@@ -79,14 +79,15 @@ pub enum Failure {
 }
 
 impl Failure {
-    /// A stable short name for logs, metrics and JSON consumers: `out_of_memory`,
-    /// `device_mismatch`, `shape_mismatch`, `known`, `unknown`.
-    pub fn label(&self) -> &'static str {
+    /// The failure's kind as `explain --json` names it (schema 1, `docs/explain-json.md`):
+    /// `out_of_memory`, `device_mismatch`, `shape_mismatch`, a known failure's own name
+    /// ([`KnownFailure::kind`]) or `unknown`. Stable: a name is never changed within a schema.
+    pub fn kind(&self) -> &'static str {
         match self {
             Failure::OutOfMemory(_) => "out_of_memory",
             Failure::DeviceMismatch(_) => "device_mismatch",
             Failure::ShapeMismatch(_) => "shape_mismatch",
-            Failure::Known(..) => "known",
+            Failure::Known(k, _) => k.kind(),
             Failure::Unknown => "unknown",
         }
     }
@@ -133,6 +134,60 @@ pub enum KnownFailure {
     StateDictKeys,
 }
 
+impl KnownFailure {
+    /// Every known failure, for tests and the schema's documentation.
+    pub const ALL: [KnownFailure; 21] = [
+        KnownFailure::DeviceSideAssert,
+        KnownFailure::IllegalMemoryAccess,
+        KnownFailure::LaunchFailure,
+        KnownFailure::NcclError,
+        KnownFailure::NcclTimeout,
+        KnownFailure::NoGpu,
+        KnownFailure::NotCompiledWithCuda,
+        KnownFailure::CudaDeserialize,
+        KnownFailure::DriverTooOld,
+        KnownFailure::NoKernelImage,
+        KnownFailure::EccError,
+        KnownFailure::InvalidDeviceOrdinal,
+        KnownFailure::DeviceBusy,
+        KnownFailure::CudaInit,
+        KnownFailure::CudnnError,
+        KnownFailure::CublasError,
+        KnownFailure::DtypeMismatch,
+        KnownFailure::IndexOutOfRange,
+        KnownFailure::HostOutOfMemory,
+        KnownFailure::SharedMemory,
+        KnownFailure::StateDictKeys,
+    ];
+
+    /// The stable snake-case name of `explain --json`'s `kind`.
+    pub fn kind(self) -> &'static str {
+        match self {
+            KnownFailure::DeviceSideAssert => "device_side_assert",
+            KnownFailure::IllegalMemoryAccess => "illegal_memory_access",
+            KnownFailure::LaunchFailure => "launch_failure",
+            KnownFailure::NcclError => "nccl_error",
+            KnownFailure::NcclTimeout => "nccl_timeout",
+            KnownFailure::NoGpu => "no_gpu",
+            KnownFailure::NotCompiledWithCuda => "not_compiled_with_cuda",
+            KnownFailure::CudaDeserialize => "cuda_deserialize",
+            KnownFailure::DriverTooOld => "driver_too_old",
+            KnownFailure::NoKernelImage => "no_kernel_image",
+            KnownFailure::EccError => "ecc_error",
+            KnownFailure::InvalidDeviceOrdinal => "invalid_device_ordinal",
+            KnownFailure::DeviceBusy => "device_busy",
+            KnownFailure::CudaInit => "cuda_init",
+            KnownFailure::CudnnError => "cudnn_error",
+            KnownFailure::CublasError => "cublas_error",
+            KnownFailure::DtypeMismatch => "dtype_mismatch",
+            KnownFailure::IndexOutOfRange => "index_out_of_range",
+            KnownFailure::HostOutOfMemory => "host_out_of_memory",
+            KnownFailure::SharedMemory => "shared_memory",
+            KnownFailure::StateDictKeys => "state_dict_keys",
+        }
+    }
+}
+
 /// Which library reported the out-of-memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum Framework {
@@ -172,8 +227,12 @@ pub struct OomFacts {
     pub process_total: Option<u64>,
     /// `Process N has … memory in use`: the other processes PyTorch saw (pid as PyTorch saw it).
     pub processes: Vec<(u32, u64)>,
-    /// `set_per_process_memory_fraction` limit (`… allowed;`, old wording).
+    /// A per-process cap: PyTorch's `set_per_process_memory_fraction` (`… allowed;`), MPS's
+    /// `max allowed` (its high watermark).
     pub allowed: Option<u64>,
+    /// The allocator's own limit (TensorFlow/XLA BFC `Limit:`): below the GPU's capacity when
+    /// a memory fraction caps it.
+    pub limit: Option<u64>,
 }
 
 impl OomFacts {
@@ -191,6 +250,7 @@ impl OomFacts {
             process_total: None,
             processes: Vec::new(),
             allowed: None,
+            limit: None,
         }
     }
 
@@ -204,6 +264,8 @@ impl OomFacts {
             self.allocated.is_some(),
             self.reserved.is_some(),
             self.process_total.is_some(),
+            self.allowed.is_some(),
+            self.limit.is_some(),
         ]
         .iter()
         .filter(|b| **b)
@@ -227,6 +289,7 @@ impl OomFacts {
         fill(&mut self.reserved_unallocated, other.reserved_unallocated);
         fill(&mut self.process_total, other.process_total);
         fill(&mut self.allowed, other.allowed);
+        fill(&mut self.limit, other.limit);
         if self.processes.is_empty() {
             self.processes.clone_from(&other.processes);
         }
@@ -384,6 +447,13 @@ impl Scanner {
             self.pending = None;
             self.frame = Some(cap(&frame, 1024).to_string());
             self.frame_ttl = None;
+            // A traceback folded onto one line (an issue title, a log collector that joins
+            // lines): the error follows the frame on the same line.
+            if (trimmed.contains("Error: ") || trimmed.contains("Exception: "))
+                && let Some((failure, rank)) = parse::classify(trimmed)
+            {
+                self.offer(failure, rank, trimmed);
+            }
             return;
         }
         if let Some(ttl) = self.frame_ttl.as_mut() {
@@ -406,6 +476,9 @@ impl Scanner {
             let aux = self
                 .aux
                 .get_or_insert_with(|| OomFacts::empty(Framework::TensorFlow));
+            if parse::is_exact_stat(trimmed) {
+                aux.allocated = facts.allocated;
+            }
             aux.fill_from(&facts);
         }
         let is_exception = parse::is_exception_line(trimmed);
@@ -520,8 +593,23 @@ impl Scanner {
     }
 
     /// The analysis of everything pushed.
-    pub fn finish(self) -> Analysis {
-        let assertion = self.assertion;
+    pub fn finish(mut self) -> Analysis {
+        let assertion = self.assertion.take();
+        // The BFC allocator dumps its statistics only when an allocation failed
+        // (tensorflow/core/common_runtime/bfc_allocator.cc, DumpMemoryLog): a log cut after the
+        // dump is still an out-of-memory.
+        if self.best.is_none()
+            && let Some(aux) = &self.aux
+            && (aux.limit.is_some() || aux.allocated.is_some())
+        {
+            self.best = Some(Candidate {
+                rank: parse::RANK_ROOT,
+                richness: aux.richness(),
+                failure: Failure::OutOfMemory(OomFacts::empty(Framework::TensorFlow)),
+                excerpt: Vec::new(),
+                hint: self.frame.clone(),
+            });
+        }
         if let Some(mut best) = self.best {
             if let (Failure::OutOfMemory(facts), Some(aux)) = (&mut best.failure, &self.aux) {
                 facts.fill_from(aux);

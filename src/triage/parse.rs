@@ -145,6 +145,13 @@ pub(crate) fn looks_like_continuation(line: &str) -> bool {
         "Memory Management",
         "trying to allocate",
         "allocating",
+        // TensorFlow's node decoration after an op's error (errors_impl / AttachContext):
+        // it names the device (`_device="/job:localhost/replica:0/task:0/device:GPU:1"`).
+        "[[Node:",
+        // NCCL src/include/alloc.h, after its `Cuda failure 'out of memory'` WARN line.
+        "Failed to CUDA",
+        "[[{{node",
+        "_device=",
     ]
     .iter()
     .any(|p| line.contains(p))
@@ -174,6 +181,51 @@ const PHRASES: &[&str] = &[
     "for generator",
     "device_ids[0]",
     "Expected object of",
+    // signatures (see SIGNATURES)
+    "Expected object of",
+    "tensors are not at",
+    "tensors are not on",
+    "different GPUs",
+    "incompatible devices",
+    "colocated on the same device",
+    "explicit device specification",
+    "Cannot colocate",
+    "annot assign a device",
+    "must be equal",
+    "must be equal rank",
+    "but is rank",
+    "Input to reshape",
+    "Cannot reshape",
+    "inner dimension does not match",
+    "Assign requires shapes",
+    "when attempting to restore variable",
+    "not compatible with",
+    "Shape mismatch in layer",
+    "load a weight file",
+    "Layer count mismatch",
+    "variables during loading",
+    "variable.assign(value)",
+    "incompatible with the layer",
+    "dot_general requires",
+    "incompatible shapes for broadcasting",
+    "Incompatible shapes for broadcasting",
+    "same number of dimensions",
+    "inconsistent sizes",
+    "weight tensor expected",
+    "Assertion `",
+    "runtime error (59)",
+    "can't be cast to the desired",
+    "xpected object of sca",
+    "busy or unavailable",
+    "ontracting dimension sizes",
+    "must have the same rank",
+    "are not compatible",
+    "Incompatible shapes: ",
+    "view size is not compatible",
+    "in state_dict",
+    "posix_memalign",
+    "Torch: not enough memory",
+    "[Errno 12]",
     // shape
     "cannot be multiplied",
     "size mismatch",
@@ -209,12 +261,20 @@ const PHRASES: &[&str] = &[
     "NOT_ALLOCATED",
     "OutOfMemory",
     "cudaErrorMemoryAllocation",
+    "out of memory",
+    "runtime err(2)",
+    "runtime err (2)",
+    "udnn_status_alloc_failed",
+    "UDNN_STATUS_ALLOC_FAILED",
+    "HIP_ERROR_OutOfMemory",
+    "ran out of memory",
     // known
     "device-side assert",
     "cudaError",
     "CUDA_ERROR_",
     "kernel image",
     "invalid device function",
+    "Invalid device function",
     "not compatible with the current PyTorch",
     "too old",
     "driver version is insufficient",
@@ -327,7 +387,7 @@ pub(crate) fn classify(line: &str) -> Option<(Failure, u8)> {
     if let Some(f) = out_of_memory(line) {
         return Some(f);
     }
-    known(line)
+    known(line).or_else(|| signature(line))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -955,23 +1015,34 @@ static OOM_HEAD: LazyLock<Regex> = LazyLock::new(|| {
         r"(?P<jax>RESOURCE_EXHAUSTED|Resource exhausted:|XlaRuntimeError: .{0,40}[Oo]ut of memory)|",
         r"(?P<mps>MPS backend out of memory)|",
         r"(?P<bfc>ran out of memory trying to allocate)|",
+        // PyTorch 0.1-0.4 THC (THCGeneral.cpp "cuda runtime error (%d) : %s", 2 =
+        // cudaErrorMemoryAllocation), also retyped; cuDNN's status name in a lowercased title;
+        // CuPy <= 6 (cupy/cuda/memory.pyx "out of memory to allocate %d bytes (total %d
+        // bytes)"); XLA's ROCm driver (xla/stream_executor/rocm/rocm_driver.cc); TensorFlow's
+        // Eigen allocator (core/common_runtime/gpu/gpu_device.cc); XLA's tf_allocator_adapter.cc.
+        r"(?P<old>(?i:cuda runtime err(?:or)? ?\(2\) ?: ?out of memory|cudnn_status_alloc_failed)|out of memory to allocate|HIP_ERROR_OutOfMemory|EigenAllocator for GPU ran out of memory|Out of memory while trying to allocate)|",
         r"(?P<generic>OutOfMemoryError|Out of memory allocating|ResourceExhaustedError|cuda runtime error \(2\) : out of memory|error=2 : out of memory|Cuda failure 'out of memory'|cudaMalloc failed: out of memory|Dst tensor is not initialized|No available memory for the cache blocks|larger than the maximum number of tokens that can be stored in KV cache)"
     ))
 });
 
 static GPU_NO: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"\(GPU (\d+);|GPU (\d+) has a total capac|device:GPU:(\d+)|GPU_(\d+)_bfc|on device (\d+)|device ordinal (\d+)|Device (\d+) has",
+        // TensorFlow 1.x named devices `/gpu:0` (lower case) before `/device:GPU:0`.
+        r"\(GPU (\d+);|GPU (\d+) has a total capac|device:GPU:(\d+)|GPU_(\d+)_bfc|on device (\d+)|device ordinal (\d+)|Device (\d+) has|/gpu:(\d+)",
     )
 });
 static REQ: LazyLock<Regex> = LazyLock::new(|| {
     sized(
-        r"(?:Tried to allocate|[Tt]rying to allocate|Attempting to allocate|Failed to allocate request for|[Ff]ailed to allocate|Out of memory allocating|[Oo]ut of memory while trying to allocate|allocating) {SIZE}",
+        r"(?:Tried to allocate|[Tt]rying to allocate|out of memory to allocate|Failed to CUDA (?:calloc|malloc|host alloc)|Attempting to allocate|Failed to allocate request for|[Ff]ailed to allocate|Out of memory allocating|[Oo]ut of memory while trying to allocate|allocating) {SIZE}",
     )
 });
 static EXACT_BYTES: LazyLock<Regex> =
     LazyLock::new(|| re(r"\((?:rounded to )?(\d+)(?:B| bytes)?\)"));
-static OLD_PAREN: LazyLock<Regex> = LazyLock::new(|| re(r"\(GPU \d+; ([^)]{1,600})\)"));
+/// TensorFlow core/common_runtime/gpu/gpu_device.cc (EigenAllocator): a count of bytes, no unit.
+static EIGEN_BYTES: LazyLock<Regex> =
+    LazyLock::new(|| re(r"ran out of memory when allocating (\d{1,20})\b"));
+/// The 1.x parenthesis, closed or cut short (a log collector's line limit, an issue title).
+static OLD_PAREN: LazyLock<Regex> = LazyLock::new(|| re(r"\(GPU \d+; ([^)]{1,600})(?:\)|$)"));
 static OLD_PIECE: LazyLock<Regex> = LazyLock::new(|| {
     sized(
         r"^\s*{SIZE} (total capacity|already allocated|free|reserved in total by PyTorch|cached|allowed)",
@@ -987,7 +1058,10 @@ static NEW_ALLOC: LazyLock<Regex> = LazyLock::new(|| sized(r"{SIZE} is allocated
 static NEW_UNALLOC: LazyLock<Regex> =
     LazyLock::new(|| sized(r"{SIZE} is reserved by PyTorch but unallocated"));
 static THERE_ARE_FREE: LazyLock<Regex> = LazyLock::new(|| sized(r"There are {SIZE} free"));
-static SO_FAR: LazyLock<Regex> = LazyLock::new(|| sized(r"allocated so far: {SIZE}"));
+/// CuPy's pool total (cupy/cuda/memory.pyx: `allocated so far`, `total` before v7): what the
+/// pool holds, used blocks and cached ones.
+static SO_FAR: LazyLock<Regex> =
+    LazyLock::new(|| sized(r"(?:allocated so far: |out of memory to allocate .{1,40}\(total ){SIZE}"));
 static MPS: LazyLock<Regex> = LazyLock::new(|| {
     sized(r"MPS allocated: {SIZE}, other allocations: {SIZE}, max allowed: {SIZE}")
 });
@@ -1017,15 +1091,28 @@ fn out_of_memory(line: &str) -> Option<(Failure, u8)> {
     if !OOM_HEAD.is_match(line) {
         return None;
     }
+    // Advice that names the error is not the error: "If you encounter CUDA out of memory, try
+    // a smaller --tile" printed by a program after its own, different, failure.
+    let lead = line.trim_start();
+    if lead.starts_with("If ") || lead.starts_with("if ") {
+        return None;
+    }
     let has = |p: &str| line.contains(p);
     let mut rank = RANK_ROOT;
-    let framework = if has("HIP out of memory") || has("hipError") || has("HIP error") {
+    let framework = if has("HIP out of memory")
+        || has("hipError")
+        || has("HIP error")
+        || has("HIP_ERROR")
+    {
         Framework::Rocm
     } else if has("MPS backend out of memory") {
         Framework::Mps
     } else if has("CUBLAS_STATUS_ALLOC_FAILED") {
         Framework::Cublas
-    } else if has("CUDNN_STATUS_NOT_ALLOCATED") || has("CUDNN_STATUS_ALLOC_FAILED") {
+    } else if has("CUDNN_STATUS_NOT_ALLOCATED")
+        || has("CUDNN_STATUS_ALLOC_FAILED")
+        || line.to_ascii_lowercase().contains("cudnn_status_alloc_failed")
+    {
         Framework::Cudnn
     } else if has("ran out of memory trying to allocate") {
         // The BFC allocator's warning; the real error (JAX or TensorFlow) follows.
@@ -1061,7 +1148,7 @@ fn out_of_memory(line: &str) -> Option<(Failure, u8)> {
 pub(crate) fn oom_facts(text: &str, framework: Framework) -> OomFacts {
     let mut f = OomFacts::empty(framework);
     if let Some(c) = GPU_NO.captures(text) {
-        f.gpu = (1..=7)
+        f.gpu = (1..=8)
             .find_map(|i| c.get(i))
             .and_then(|m| m.as_str().parse().ok());
     }
@@ -1077,6 +1164,11 @@ pub(crate) fn oom_facts(text: &str, framework: Framework) -> OomFacts {
             f.requested = Some(n);
         }
     }
+    if f.requested.is_none()
+        && let Some(c) = EIGEN_BYTES.captures(text)
+    {
+        f.requested = c[1].parse().ok();
+    }
     if let Some(c) = OLD_PAREN.captures(text) {
         for piece in c[1].split(';') {
             if let Some(p) = OLD_PIECE.captures(piece) {
@@ -1086,12 +1178,19 @@ pub(crate) fn oom_facts(text: &str, framework: Framework) -> OomFacts {
                     "already allocated" => f.allocated = value,
                     "free" => f.free = value,
                     "allowed" => f.allowed = value,
-                    _ => f.reserved = value, // "reserved in total by PyTorch", 1.x "cached"
+                    // 1.0-1.3: the cache alone, `amount_cached - amount_allocated`
+                    // (aten/src/THC/THCCachingAllocator.cpp, then c10/cuda/
+                    // CUDACachingAllocator.cpp until 1.4 renamed the figure).
+                    "cached" => f.reserved_unallocated = value,
+                    // 1.4-2.0: allocated + cache (c10/cuda/CUDACachingAllocator.cpp).
+                    _ => f.reserved = value,
                 }
             }
         }
-        if let (Some(r), Some(a)) = (f.reserved, f.allocated) {
-            f.reserved_unallocated = Some(r.saturating_sub(a));
+        match (f.reserved, f.allocated, f.reserved_unallocated) {
+            (Some(r), Some(a), None) => f.reserved_unallocated = Some(r.saturating_sub(a)),
+            (None, Some(a), Some(u)) => f.reserved = a.checked_add(u),
+            _ => {}
         }
     }
     if let Some(c) = NEW_TOTAL.captures(text) {
@@ -1119,11 +1218,11 @@ pub(crate) fn oom_facts(text: &str, framework: Framework) -> OomFacts {
         f.free = size_at(&c, 1);
     }
     if let Some(c) = SO_FAR.captures(text) {
-        f.allocated = size_at(&c, 1);
+        f.reserved = size_at(&c, 1);
     }
     if let Some(c) = MPS.captures(text) {
         f.allocated = size_at(&c, 1);
-        f.total = size_at(&c, 3);
+        f.allowed = size_at(&c, 3);
     }
     if f.requested.is_none()
         && let Some(c) = TF_SHAPE.captures(text)
@@ -1142,21 +1241,43 @@ pub(crate) fn oom_facts(text: &str, framework: Framework) -> OomFacts {
 
 static BFC_LIMIT: LazyLock<Regex> = LazyLock::new(|| re(r"^(?:.*\] )?\s*Limit:\s+(\d+)\s*$"));
 static BFC_INUSE: LazyLock<Regex> = LazyLock::new(|| re(r"^(?:.*\] )?\s*InUse:\s+(\d+)\s*$"));
+/// TensorFlow 1.x core/common_runtime/gpu/gpu_device.cc, when it creates the device: "Found
+/// device 0 with properties: ... totalMemory: 1.94GiB freeMemory: 1.71GiB". The capacity is the
+/// card's; the free figure is at start, not at the failure, so it is not kept as `free`.
+static TF_DEVICE_TOTAL: LazyLock<Regex> = LazyLock::new(|| sized(r"totalMemory: ?{SIZE}"));
+/// core/common_runtime/bfc_allocator.cc (DumpMemoryLog): "Sum Total of in-use chunks: 2.27GiB".
+static BFC_SUM: LazyLock<Regex> = LazyLock::new(|| sized(r"Sum Total of in-use chunks: {SIZE}"));
 
 /// Facts from TensorFlow/XLA BFC allocator statistics (`Limit:`, `InUse:`) and its
 /// `ran out of memory trying to allocate … (rounded to N)` warning.
 pub(crate) fn allocator_stats(line: &str) -> Option<OomFacts> {
-    if !(line.contains("Limit:") || line.contains("InUse:")) {
+    if !(line.contains("Limit:")
+        || line.contains("InUse:")
+        || line.contains("Sum Total of in-use")
+        || line.contains("totalMemory:"))
+    {
         return None;
     }
     let mut f = OomFacts::empty(Framework::TensorFlow);
+    if let Some(c) = TF_DEVICE_TOTAL.captures(line) {
+        f.total = size_at(&c, 1);
+        return f.total.is_some().then_some(f);
+    }
     if let Some(c) = BFC_LIMIT.captures(line) {
-        f.total = c[1].parse().ok();
+        f.limit = c[1].parse().ok();
     }
     if let Some(c) = BFC_INUSE.captures(line) {
         f.allocated = c[1].parse().ok();
+    } else if let Some(c) = BFC_SUM.captures(line) {
+        f.allocated = size_at(&c, 1);
     }
-    (f.total.is_some() || f.allocated.is_some()).then_some(f)
+    (f.limit.is_some() || f.allocated.is_some()).then_some(f)
+}
+
+/// The statistics line gives an exact byte count (`InUse:`), which beats a rounded one
+/// (`Sum Total of in-use chunks: 479.75MiB`) read before it.
+pub(crate) fn is_exact_stat(line: &str) -> bool {
+    BFC_INUSE.is_match(line)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1212,6 +1333,205 @@ fn known(line: &str) -> Option<(Failure, u8)> {
         .iter()
         .find(|(r, _, _)| r.is_match(line))
         .map(|(_, k, rank)| (Failure::Known(*k, cap_line(line)), *rank))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Signatures: wordings that decide the class alone
+//
+// Each is the fixed part of a message template in a framework's own source (the file named
+// builds the message), so that a message whose numbers were lost (cut by a log collector or an
+// issue title, wrapped, in a TensorFlow graph node's decoration) is still read. The facts the
+// full message carries come from the extractors above; a signature only adds the numbers that
+// sit right next to its words.
+
+/// What a signature says.
+#[derive(Clone, Copy)]
+enum Says {
+    Device,
+    Shape(ShapeKind),
+    Known(KnownFailure),
+}
+
+static SIGNATURES: LazyLock<Vec<(Regex, Says)>> = LazyLock::new(|| {
+    use KnownFailure as K;
+    use ShapeKind as S;
+    [
+        // ---- device placement
+        // PyTorch aten/src/ATen/Utils.h (checked_dense_tensor_unwrap, 0.4-1.6): "Expected object
+        // of backend CUDA but got backend CPU for argument #2 'x'", "... of device type ...".
+        (r"Expected object of (?:device type|backend) \w*", Says::Device),
+        // PyTorch aten/src/ATen/native/RNN.h (check_attributes) and cudnn/RNN.cpp.
+        (r"(?i)input and (?:parameter|hidden) tensors are not (?:at|on) the same device", Says::Device),
+        // PyTorch aten/src/THC/THCGeneral.h (THCAssertSameGPU).
+        (r"arguments are located on different GPUs", Says::Device),
+        // PyTorch aten/src/ATen/TensorIterator.cpp (compute_types), cut before the devices.
+        (r"(?i)expected all tensors to be on the same device", Says::Device),
+        // JAX jax/_src/stages.py (_device_assignment_mismatch_error; jax/_src/pjit.py in 0.4.x).
+        (r"Received incompatible devices for p?jitted computation", Says::Device),
+        // JAX jax/_src/dispatch.py (jax <= 0.4.1).
+        (r"primitive arguments must be colocated on the same device", Says::Device),
+        // TensorFlow core/common_runtime/placer.cc / colocation_graph.cc: an op pinned to a
+        // device that has no kernel for it, or two ops that must share a device.
+        (r"Could not satisfy explicit device specification '[^']{0,80}' because no supported kernel", Says::Device),
+        (r"Cannot colocate nodes", Says::Device),
+        (r"[Cc]annot assign a device (?:for operation|to node) .{0,200}(?:colocat|no supported kernel)", Says::Device),
+        // TensorFlow: a device asked for that this process does not have.
+        (r"no devices matching that specification are registered in this process", Says::Known(K::NoGpu)),
+        // ---- shapes
+        // TensorFlow core/framework/shape_inference.cc (InferenceContext::Merge / WithRank).
+        (r"Dimensions? (?:\d+ in both shapes )?must be equal, but are -?\d+ and -?\d+", Says::Shape(S::Other)),
+        (r"Shapes must be equal rank, but are \d+ and \d+", Says::Shape(S::Other)),
+        (r"Shape must be (?:at (?:least|most) )?rank \d+ but is rank \d+", Says::Shape(S::Other)),
+        // TensorFlow core/kernels/reshape_op.h.
+        (r"Input to reshape is a tensor with \d+ values, but the requested shape", Says::Shape(S::View)),
+        // TensorFlow python/ops/array_ops / Keras Reshape layer.
+        (r"Cannot reshape a tensor with \d+ elements to shape", Says::Shape(S::View)),
+        // TensorFlow core/kernels/sparse_matmul_op.cc, matmul_op_impl.h.
+        (r"Cannot multiply A and B because inner dimension does not match", Says::Shape(S::Matmul)),
+        (r"Matrix size-incompatible", Says::Shape(S::Matmul)),
+        // TensorFlow core/kernels/assign_op.h (TF1 Saver restore) and python/ops/
+        // resource_variable_ops.py (checkpoint restore).
+        (r"Assign requires shapes of both tensors to match", Says::Shape(S::StateDict)),
+        (r"Received incompatible tensor with shape .{0,80} when attempting to restore variable", Says::Shape(S::StateDict)),
+        // Keras engine/base_layer.py (Layer.set_weights, 2.x; "Layer <name> weight shape" from
+        // 2.13), Keras 0.x/1.x engine/topology.py ("Layer shape ... not compatible with weight
+        // shape"), legacy saving/hdf5_format.py.
+        (r"weight shape \(?[\d, ]{0,80}\)? (?:is )?not compatible with (?:provided )?weight shape", Says::Shape(S::StateDict)),
+        (r"Layer shape \([\d, ]{0,80}\) not compatible with weight shape", Says::Shape(S::StateDict)),
+        (r"Shape mismatch in layer #\d+", Says::Shape(S::StateDict)),
+        (r"You are trying to load a weight file containing \d+ layers into a model with \d+ layers", Says::Shape(S::StateDict)),
+        (r"Layer count mismatch when loading weights from file", Says::Shape(S::StateDict)),
+        // Keras 3 keras/src/layers/layer.py (_check_load_own_variables).
+        (r"expected \d+ variables, but received \d+ variables during loading", Says::Known(K::StateDictKeys)),
+        // Keras 3 keras/src/backend/common/variables.py (Variable.assign).
+        (r"The shape of the target variable and the shape of the target value in `variable\.assign\(value\)` must match", Says::Shape(S::StateDict)),
+        // Keras layers/input_spec.py (assert_input_compatibility), cut before the shapes.
+        (r"is incompatible with the layer: expected (?:axis|ndim|shape)", Says::Shape(S::Other)),
+        // JAX jax/_src/lax/lax.py (_dot_general_shape_rule, _try_broadcast_shapes) and
+        // jax/_src/api.py (_mapped_axis_size).
+        (r"dot_general requires (?:lhs batch dimensions and rhs batch dimensions|contracting dimensions) to have the same shape", Says::Shape(S::Matmul)),
+        (r"\w+ got incompatible shapes for broadcasting", Says::Shape(S::Broadcast)),
+        (r"Incompatible shapes for broadcasting", Says::Shape(S::Broadcast)),
+        (r"arrays must have the same number of dimensions, got", Says::Shape(S::Broadcast)),
+        (r"vmap got inconsistent sizes for array axes to be mapped", Says::Shape(S::BatchSize)),
+        // XLA xla/service/shape_inference.cc (InferDotOpShape: "Contracting dimension sizes do
+        // not match.", later "... are not compatible"), StableHLO's TypeInference.cpp ("...
+        // must match for lhs/rhs").
+        (r"(?i)contracting dimension sizes (?:do not match|are not compatible|must match)", Says::Shape(S::Matmul)),
+        // TensorFlow python/framework/tensor_shape.py (assert_is_compatible_with,
+        // assert_same_rank, Dimension.assert_is_compatible_with) and the broadcasting kernels
+        // (core/kernels/cwise_ops_common.cc "Incompatible shapes: [..] vs. [..]") in any shape
+        // notation.
+        (r"Shapes \(?[^()]{0,80}\)? and \(?[^()]{0,80}\)? (?:are incompatible|must have the same rank)", Says::Shape(S::Other)),
+        (r"Dimensions -?\d+ and -?\d+ are not compatible", Says::Shape(S::Other)),
+        (r"Incompatible shapes: \S", Says::Shape(S::Broadcast)),
+        // PyTorch aten/src/ATen/native/TensorShape.cpp / InferSize.h / Convolution.cpp, their
+        // words alone (the numbers cut off), and the TH/THNN wordings before ATen's.
+        (r"shape '\[[-\d, ]{0,200}\]' is invalid for input of size", Says::Shape(S::View)),
+        (r"Sizes of tensors must match except in dimension", Says::Shape(S::Cat)),
+        (r"mat1 and mat2 shapes cannot be multiplied", Says::Shape(S::Matmul)),
+        (r"size mismatch, m1: ", Says::Shape(S::Matmul)),
+        (r"Expected \d+-dimensional input for \d+-dimensional weight", Says::Shape(S::ConvRank)),
+        (r"2D or 4D weight tensor expected", Says::Shape(S::ConvRank)),
+        (r"Given groups=\d+, (?:expected )?weight of size", Says::Shape(S::ConvChannels)),
+        (r"The size of tensor a \(\d+\) must match the size of tensor b", Says::Shape(S::Broadcast)),
+        (r"Expected input batch_size \(\d+\) to match target batch_size", Says::Shape(S::BatchSize)),
+        (r"view size is not compatible with input tensor", Says::Shape(S::View)),
+        // torch/nn/modules/module.py before 0.4 (load_state_dict raised KeyError).
+        (r#"unexpected key "[^"]{1,200}" in state_dict|missing keys in state_dict"#, Says::Known(K::StateDictKeys)),
+        // ---- host memory
+        // PyTorch c10/core/CPUAllocator.cpp (1.0-1.1: CAFFE_ENFORCE_EQ on posix_memalign, 12 =
+        // ENOMEM), aten/src/TH/THGeneral.cpp (0.4-1.0 THAlloc), and the C library's ENOMEM text
+        // as Python raises it (fork of a DataLoader worker, mmap of a dataset).
+        (r"posix_memalign\(.{0,60}\) == 0\. 12 vs 0", Says::Known(K::HostOutOfMemory)),
+        (r"Torch: not enough memory: you tried to (?:re)?allocate", Says::Known(K::HostOutOfMemory)),
+        (r"\[Errno 12\] Cannot allocate memory", Says::Known(K::HostOutOfMemory)),
+        // ---- known failures in other wordings
+        // A CUDA kernel's own assertion line (c10/macros/Macros.h CUDA_KERNEL_ASSERT ->
+        // __assert_fail; THC/THCUNN kernels before): printed before the exception, often the
+        // only part of a device-side assert a log keeps.
+        (r"\.cuh?:\d+: .{0,400}block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] Assertion `", Says::Known(K::DeviceSideAssert)),
+        // cudaErrorAssert is 59 (aten/src/THC/THCGeneral.cpp "cuda runtime error (%d) : %s").
+        (r"cuda runtime error \(59\)", Says::Known(K::DeviceSideAssert)),
+        // PyTorch c10/core/ScalarType.h / TensorIterator (result type promotion).
+        (r"result type \w+ can't be cast to the desired output type", Says::Known(K::DtypeMismatch)),
+        (r"(?i)expected object of scalar type \w+ but got scalar type", Says::Known(K::DtypeMismatch)),
+        // CUDA's cudaGetErrorString for cudaErrorDevicesUnavailable, as PyTorch 1.0's THC
+        // printed it ("all CUDA-capable devices are busy or unavailable").
+        (r"(?i)all CUDA-capable devices are busy or unavailable", Says::Known(K::DeviceBusy)),
+    ]
+    .into_iter()
+    .map(|(p, says)| (re(p), says))
+    .collect()
+});
+
+static SIG_TF_DIMS: LazyLock<Regex> = LazyLock::new(|| {
+    re(r"must be equal, but are (-?\d+) and (-?\d+)(?:.{0,600}?with input shapes: (\[[\d,?]{0,80}\]), (\[[\d,?]{0,80}\]))?")
+});
+static SIG_TF_OP: LazyLock<Regex> = LazyLock::new(|| re(r"\(op: '(\w+)'\)|\}\} = (\w+)\["));
+static SIG_RESHAPE: LazyLock<Regex> = LazyLock::new(|| {
+    re(r"tensor with (\d+) (?:values|elements)(?:, but the requested shape (?:has|requires a multiple of) (\d+)| to shape (\[[-\d, ]{0,80}\]))")
+});
+static SIG_TWO_SHAPES: LazyLock<Regex> = LazyLock::new(|| {
+    re(r"(?:got|weight shape|Layer shape|shapes:?) (\(?[\d, ?]{0,80}\)?|\[[\d, ?]{0,80}\]) (?:and|(?:is )?not compatible with (?:provided )?weight shape) (\(?[\d, ?]{0,80}\)?|\[[\d, ?]{0,80}\])")
+});
+static SIG_JAX_BCAST: LazyLock<Regex> =
+    LazyLock::new(|| re(r"for broadcasting: (?:shapes=\[)?(\([\d, ]{0,80}\)), (\([\d, ]{0,80}\))"));
+
+/// A signature's class, with the numbers right next to its words.
+fn signature(line: &str) -> Option<(Failure, u8)> {
+    let (_, says) = SIGNATURES.iter().find(|(r, _)| r.is_match(line))?;
+    let failure = match *says {
+        Says::Device => Failure::DeviceMismatch(DeviceFacts {
+            devices: Vec::new(),
+            argument: None,
+            operator: None,
+        }),
+        Says::Known(k) => Failure::Known(k, cap_line(line)),
+        Says::Shape(kind) => {
+            let mut f = shape(kind, Vec::new(), Vec::new(), None);
+            if let Some(c) = SIG_TF_DIMS.captures(line) {
+                f.dims = vec![num(c[1].trim_start_matches('-')), num(c[2].trim_start_matches('-'))];
+                if let (Some(a), Some(b)) = (c.get(3), c.get(4)) {
+                    f.shapes = vec![a.as_str().to_string(), b.as_str().to_string()];
+                }
+                if let Some(op) = SIG_TF_OP.captures(line) {
+                    let op = op.get(1).or_else(|| op.get(2)).map_or("", |m| m.as_str());
+                    f.kind = match op {
+                        "MatMul" | "BatchMatMul" | "BatchMatMulV2" | "BatchMatMulV3" => ShapeKind::Matmul,
+                        "Assign" | "AssignVariableOp" => ShapeKind::StateDict,
+                        "ConcatV2" | "Concat" => ShapeKind::Cat,
+                        "Add" | "AddV2" | "Mul" | "Sub" | "RealDiv" | "Maximum" | "Minimum"
+                        | "SquaredDifference" | "BiasAdd" => ShapeKind::Broadcast,
+                        _ => f.kind,
+                    };
+                }
+            } else if let Some(c) = SIG_RESHAPE.captures(line) {
+                f.dims = [c.get(1), c.get(2)]
+                    .into_iter()
+                    .flatten()
+                    .map(|m| num(m.as_str()))
+                    .collect();
+                if let Some(m) = c.get(3) {
+                    f.shapes = vec![m.as_str().to_string()];
+                }
+            } else if let Some(c) = SIG_JAX_BCAST
+                .captures(line)
+                .or_else(|| SIG_TWO_SHAPES.captures(line))
+            {
+                f.shapes = vec![c[1].trim().to_string(), c[2].trim().to_string()];
+            }
+            Failure::ShapeMismatch(f)
+        }
+    };
+    // One below the full message of the same class, so that it wins when the text has both
+    // (a kernel's assertion line, then `device-side assert triggered`).
+    let rank = match *says {
+        Says::Known(KnownFailure::HostOutOfMemory) => RANK_HOST,
+        Says::Known(KnownFailure::NoGpu) => RANK_ENV,
+        _ => RANK_ROOT,
+    };
+    Some((failure, rank - 1))
 }
 
 #[cfg(test)]

@@ -528,6 +528,8 @@ fn oom_rocm_mps_cupy() {
             requested: Some(1024 * KI),
             allowed: Some(sz(1813, GI)),
             allocated: Some(sz(1811, GI)),
+            // MPS allocated + other allocations: what this process holds.
+            process_total: Some(sz(1811, GI) + sz(252, MI)),
             ..facts(Framework::Mps)
         }
     );

@@ -25,7 +25,7 @@ pub(crate) fn explain(args: &ExplainArgs) -> Result<u8> {
         .map_err(|e| Failure::runtime(format!("cannot read {name}: {e}")))?;
     let diagnosis = crate::triage::diagnose(&analysis, None);
     if args.json {
-        let text = serde_json::to_string_pretty(&diagnosis)
+        let text = serde_json::to_string_pretty(&crate::triage::explain_json(&diagnosis))
             .map_err(|e| Failure::runtime(format!("cannot write JSON: {e}")))?;
         write_stdout(&format!("{text}\n"))?;
     } else {

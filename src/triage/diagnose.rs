@@ -97,6 +97,9 @@ pub enum Case {
     ExternalPressure,
     OwnTensors,
     Fragmentation,
+    /// Out of memory under a per-process cap (`set_per_process_memory_fraction`, MPS's high
+    /// watermark, a TF/XLA memory fraction, a MIG slice), not a full GPU.
+    Cap,
     /// Out of memory, but neither the text nor the context says why.
     OutOfMemoryUnclear,
     DeviceMismatch,
@@ -112,11 +115,58 @@ pub struct Fix {
     pub detail: String,
 }
 
+/// How sure the diagnosis is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Confidence {
+    /// The text states the failure and, for an out-of-memory, its numbers decide the case.
+    Certain,
+    /// The failure is stated, but the case is inferred (numbers missing or cut), or the
+    /// message was cut before its facts.
+    Likely,
+    /// Inferred from indirect signs (a cuDNN status error that is often an OOM, no known
+    /// failure at all).
+    Possible,
+}
+
+impl Confidence {
+    /// The stable name of `explain --json`'s `confidence`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Confidence::Certain => "certain",
+            Confidence::Likely => "likely",
+            Confidence::Possible => "possible",
+        }
+    }
+}
+
+impl Case {
+    /// The stable name of `explain --json`'s `cause` for an out-of-memory, `None` for the
+    /// other kinds (their kind says it).
+    pub fn cause(self) -> Option<&'static str> {
+        Some(match self {
+            Case::ExternalPressure => "other_processes",
+            Case::OwnTensors => "own_tensors",
+            Case::Fragmentation => "fragmentation",
+            Case::Cap => "cap",
+            Case::OutOfMemoryUnclear => "unclear",
+            _ => return None,
+        })
+    }
+}
+
 /// The diagnosis: the case, a headline, the facts, the fixes in the order to try them.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Diagnosis {
     pub case: Case,
+    pub confidence: Confidence,
     pub headline: String,
+    /// The one line of arithmetic that decided the case ("reserved − allocated = 57.55 GiB,
+    /// more than the 1.00 GiB asked, and 293.12 MiB free: fragmentation").
+    pub reasoning: Option<String>,
+    /// Where the message's numbers do not add up, what is missing or contradictory.
+    pub checks: Vec<String>,
+    /// What `gpuwatch run` would add when the text alone cannot decide.
+    pub run_would_add: Option<String>,
     pub facts: Vec<String>,
     pub fixes: Vec<Fix>,
     /// The NVML index of the GPU that failed, when the ordinal could be mapped.
@@ -330,7 +380,11 @@ pub fn diagnose(analysis: &Analysis, ctx: Option<&Context>) -> Diagnosis {
 pub fn diagnose_job(analysis: &Analysis, ctx: Option<&Context>, ended: Option<Exit>) -> Diagnosis {
     let mut d = Diagnosis {
         case: Case::Unknown,
+        confidence: Confidence::Certain,
         headline: String::new(),
+        reasoning: None,
+        checks: Vec::new(),
+        run_would_add: None,
         facts: Vec::new(),
         fixes: Vec::new(),
         nvml_gpu: None,
@@ -343,9 +397,11 @@ pub fn diagnose_job(analysis: &Analysis, ctx: Option<&Context>, ended: Option<Ex
         Failure::ShapeMismatch(f) => shape(&mut d, f),
         Failure::Known(k, line) => known(&mut d, *k, line, ctx),
         Failure::Unknown if !analysis.traceback && analysis.traceback_hint.is_none() => {
+            d.confidence = Confidence::Possible;
             no_traceback(&mut d, analysis, ctx, ended);
         }
         Failure::Unknown => {
+            d.confidence = Confidence::Possible;
             d.headline = "No known GPU failure in the text: a logic bug to read in the traceback"
                 .to_string();
             if let Some(line) = analysis.excerpt.first() {
@@ -670,7 +726,12 @@ fn oom(d: &mut Diagnosis, f: &OomFacts, ctx: Option<&Context>) {
 
     let requested = f.requested;
     let needed_by_job = own.unwrap_or(0).saturating_add(requested.unwrap_or(0));
+    // The GPU had room: free (the allocator measures it after releasing its cache) far
+    // exceeds the request, so neither the card nor the cache was the limit.
+    let room = matches!((requested, free), (Some(r), Some(fr))
+        if fr >= r.saturating_mul(2) && fr.saturating_sub(r) >= 256 << 20);
     let external_case = external > 0
+        && !room
         && match (requested, free) {
             (Some(r), Some(fr)) => {
                 r <= fr.saturating_add(external)
@@ -684,31 +745,180 @@ fn oom(d: &mut Diagnosis, f: &OomFacts, ctx: Option<&Context>) {
     // Material: at least 1 GiB or 5 % of what PyTorch reserved; a few MiB of cached small
     // blocks next to a small request is not what expandable segments fix.
     let material = |u: u64| u >= GIB || f.reserved.is_some_and(|r| u.saturating_mul(20) >= r);
-    let frag_case = unalloc.is_some_and(|u| {
-        u > 0
-            && ((requested.is_some_and(|r| u >= r) && material(u))
-                || (u >= GIB && f.reserved.is_some_and(|r| u.saturating_mul(4) >= r)))
-            // A request larger than the cache and the free memory together would not have
-            // fit even in a perfectly compacted cache.
-            && match (requested, free) {
-                (Some(r), Some(fr)) => r <= fr.saturating_add(u),
-                _ => true,
+    let frag_case = !room
+        && unalloc.is_some_and(|u| {
+            u > 0
+                && ((requested.is_some_and(|r| u >= r) && material(u))
+                    || (u >= GIB && f.reserved.is_some_and(|r| u.saturating_mul(4) >= r)))
+                // A request larger than the cache and the free memory together would not
+                // have fit even in a perfectly compacted cache.
+                && match (requested, free) {
+                    (Some(r), Some(fr)) => r <= fr.saturating_add(u),
+                    _ => true,
+                }
+        });
+    // A cap the message prints: PyTorch's `… allowed;` (set_per_process_memory_fraction),
+    // MPS's `max allowed` (its high watermark), or a BFC allocator limit well below the card.
+    let held = [f.reserved, f.allocated, f.process_total]
+        .into_iter()
+        .flatten()
+        .max()
+        .unwrap_or(0);
+    let cap = f
+        .allowed
+        .map(|a| (a, "allowed"))
+        .or(match (f.limit, total) {
+            (Some(l), Some(t)) if l.saturating_mul(100) < t.saturating_mul(95) => {
+                Some((l, "the allocator's limit"))
             }
-    });
+            _ => None,
+        })
+        // Within 2 % counts: the figures are rounded to two decimals, and an allocator grows
+        // by whole blocks or heaps larger than the request.
+        .filter(|(a, _)| {
+            room || held.saturating_add(requested.unwrap_or(0)).saturating_mul(50) >= a.saturating_mul(49)
+        });
     // Old wording, no process list: what neither PyTorch nor the free pool holds was held by
-    // the CUDA context, other processes or a display.
+    // the CUDA context, other processes or a display. New wording without `Process N` lines
+    // (a container, ROCm): what this process does not hold.
     let outside = match (f.total, f.free, f.reserved, f.process_total) {
         (Some(t), Some(fr), Some(r), None) if f.processes.is_empty() && ctx.is_none() => {
-            Some(t.saturating_sub(fr).saturating_sub(r))
+            Some((t.saturating_sub(fr).saturating_sub(r), r, "PyTorch reserved"))
+        }
+        (Some(t), Some(fr), _, Some(p)) if f.processes.is_empty() && ctx.is_none() => {
+            Some((t.saturating_sub(fr).saturating_sub(p), p, "this process held"))
         }
         _ => None,
     }
-    .filter(|o| *o >= GIB / 2 && total.is_some_and(|t| o.saturating_mul(4) >= t));
+    .filter(|(o, _, _)| *o >= GIB / 2 && total.is_some_and(|t| o.saturating_mul(4) >= t));
+    // Held outside the job, more than the job itself: others, not the job's tensors.
+    let outside_case = !room
+        && outside.is_some_and(|(o, mine, _)| o > mine && o >= GIB)
+        && requested.is_none_or(|r| free.is_none_or(|fr| r <= fr.saturating_add(outside.map_or(0, |x| x.0))));
     // What the job itself held, or the GPU's state: without either, "own tensors" is a guess.
     let has_numbers = f.allocated.is_some() || own.is_some() || (total.is_some() && free.is_some());
+    check_sums(d, f, total, free);
+    let asked = requested.map_or_else(String::new, |r| format!(" than the {} asked", fmt_size(r)));
 
+    if let Some((limit, what)) = cap {
+        d.case = Case::Cap;
+        d.confidence = Confidence::Certain;
+        let full_too = !room && free.zip(requested).is_some_and(|(fr, r)| fr < r);
+        d.reasoning = Some(format!(
+            "{} held{} against {} {what}{}",
+            fmt_size(held),
+            requested.map_or_else(String::new, |r| format!(" + {} asked", fmt_size(r))),
+            fmt_size(limit),
+            match free {
+                Some(fr) if room => format!(
+                    ", while {} was free: a per-process cap, not a full GPU",
+                    fmt_size(fr)
+                ),
+                _ if full_too => ": the cap refused it, and the GPU had no room left either"
+                    .to_string(),
+                _ => ": a per-process cap, not a full GPU".to_string(),
+            }
+        ));
+        d.headline = format!(
+            "Out of memory on {gpu_name} under a per-process cap of {}{}",
+            fmt_size(limit),
+            match free {
+                Some(fr) if room => format!(", with {} of the GPU still free", fmt_size(fr)),
+                Some(fr) => format!(
+                    "; the GPU was nearly full as well ({} free)",
+                    fmt_size(fr)
+                ),
+                None => String::new(),
+            }
+        );
+        cap_fixes(d, f, ctx);
+        own_fixes(d, f, ctx, total, external, false);
+        framework_fixes(d, f);
+        return;
+    }
+    if room && !external_case {
+        let (r, fr) = (requested.unwrap_or(0), free.unwrap_or(0));
+        d.case = Case::Cap;
+        d.confidence = Confidence::Likely;
+        d.reasoning = Some(format!(
+            "{} free, far more{asked}: the GPU had room, so a limit the message does not \
+             print refused it (a memory fraction, a MIG slice, a container or driver limit) \
+             or another process took the memory at that moment",
+            fmt_size(fr)
+        ));
+        d.headline = format!(
+            "Out of memory on {gpu_name} although {} was free for a {} request: a limit, not a \
+             full GPU",
+            fmt_size(fr),
+            fmt_size(r)
+        );
+        d.run_would_add = Some(
+            "`gpuwatch run -- …` records every process on the GPU up to the failure, which \
+             tells a cap from another process that took the memory."
+                .to_string(),
+        );
+        cap_fixes(d, f, ctx);
+        own_fixes(d, f, ctx, total, external, false);
+        framework_fixes(d, f);
+        return;
+    }
+    if outside_case && !external_case && !frag_case {
+        let (o, mine, what) = outside.unwrap_or((0, 0, ""));
+        d.case = Case::ExternalPressure;
+        d.confidence = Confidence::Likely;
+        d.reasoning = Some(format!(
+            "total − free − {} = {} held outside this job, more than the {} {what}: other \
+             processes (the message does not list them)",
+            if what == "PyTorch reserved" { "reserved" } else { "this process" },
+            fmt_size(o),
+            fmt_size(mine)
+        ));
+        d.headline = format!(
+            "Out of memory on {gpu_name}: {} of it was held outside this job, which {what} \
+             only {}",
+            fmt_size(o),
+            fmt_size(mine)
+        );
+        d.facts.push(format!(
+            "{} of the GPU was held outside this job (other processes, or this process's own \
+             non-PyTorch memory)",
+            fmt_size(o)
+        ));
+        d.run_would_add = Some(
+            "`gpuwatch run -- …` names the processes that held the rest when the job failed."
+                .to_string(),
+        );
+        d.fixes.push(another_gpu(ctx, nvml, needed_by_job.max(mine)));
+        d.fixes.push(fix(
+            "Find what else holds the GPU",
+            format!(
+                "{} is not this job's: `gpuwatch` (or nvidia-smi) shows which processes hold \
+                 it; stop them, wait for them, or ask their owner.",
+                fmt_size(o)
+            ),
+        ));
+        own_fixes(d, f, ctx, total, external, false);
+        framework_fixes(d, f);
+        return;
+    }
     if external_case {
         d.case = Case::ExternalPressure;
+        d.reasoning = Some(format!(
+            "other processes held {}{}: without them the request fits",
+            fmt_size(external),
+            match (requested, free) {
+                (Some(r), Some(fr)) => format!(
+                    "; {} free + {} ≥ the {} asked",
+                    fmt_size(fr),
+                    fmt_size(external),
+                    fmt_size(r)
+                ),
+                _ => String::new(),
+            }
+        ));
+        if requested.is_none() || free.is_none() {
+            d.confidence = Confidence::Likely;
+        }
         let mut names: Vec<String> = others
             .iter()
             .take(3)
@@ -745,6 +955,14 @@ fn oom(d: &mut Diagnosis, f: &OomFacts, ctx: Option<&Context>) {
     } else if frag_case {
         d.case = Case::Fragmentation;
         let u = unalloc.unwrap_or(0);
+        d.reasoning = Some(format!(
+            "reserved − allocated = {}, more{asked}{}: fragmentation",
+            fmt_size(u),
+            free.map_or_else(String::new, |fr| format!(", and only {} free", fmt_size(fr)))
+        ));
+        if requested.is_none() {
+            d.confidence = Confidence::Likely;
+        }
         d.headline = format!(
             "Out of memory on {gpu_name} from fragmentation: {} was reserved by PyTorch but \
              unallocated{}",
@@ -776,6 +994,11 @@ fn oom(d: &mut Diagnosis, f: &OomFacts, ctx: Option<&Context>) {
         && r > t
     {
         d.case = Case::OwnTensors;
+        d.reasoning = Some(format!(
+            "the {} asked is more than the GPU's {}: no GPU of this size fits it",
+            fmt_size(r),
+            fmt_size(t)
+        ));
         d.headline = format!(
             "Out of memory on {gpu_name}: one allocation of {} is larger than the whole GPU \
              ({})",
@@ -785,6 +1008,24 @@ fn oom(d: &mut Diagnosis, f: &OomFacts, ctx: Option<&Context>) {
         own_fixes(d, f, ctx, total, external, true);
     } else if has_numbers || view.is_some() {
         d.case = Case::OwnTensors;
+        d.reasoning = Some(match (own, total) {
+            (Some(o), Some(t)) => format!(
+                "this job held {} of {}{}{}: its own memory filled the GPU",
+                fmt_size(o),
+                fmt_size(t),
+                requested.map_or_else(String::new, |r| format!(", asked {} more", fmt_size(r))),
+                free.map_or_else(String::new, |fr| format!(", {} free", fmt_size(fr)))
+            ),
+            _ => "no other process and no cache in the numbers: the job's own memory".to_string(),
+        });
+        if own.is_none() || total.is_none() {
+            d.confidence = Confidence::Likely;
+            d.run_would_add = Some(
+                "`gpuwatch run -- …` measures how much this job and every other process held \
+                 when it failed."
+                    .to_string(),
+            );
+        }
         let mut headline = format!("Out of memory on {gpu_name}: the job's own tensors filled it");
         if let (Some(o), Some(t)) = (own, total) {
             let _ = write!(
@@ -799,7 +1040,7 @@ fn oom(d: &mut Diagnosis, f: &OomFacts, ctx: Option<&Context>) {
             );
         }
         d.headline = headline;
-        if let Some(o) = outside {
+        if let Some((o, _, _)) = outside {
             d.facts.push(format!(
                 "{} of the GPU was held outside PyTorch (the CUDA context, other processes, a \
                  display)",
@@ -817,6 +1058,13 @@ fn oom(d: &mut Diagnosis, f: &OomFacts, ctx: Option<&Context>) {
         own_fixes(d, f, ctx, total, external, true);
     } else {
         d.case = Case::OutOfMemoryUnclear;
+        d.confidence = Confidence::Likely;
+        d.reasoning = Some("the message gives no numbers to decide who held the memory".into());
+        d.run_would_add = Some(
+            "`gpuwatch run -- …` watches the job and every other process on its GPU and names \
+             the case when it fails (other processes, its own tensors, fragmentation, a cap)."
+                .to_string(),
+        );
         d.headline = match requested {
             Some(r) => format!(
                 "{framework} ran out of GPU memory asking for {}; the message does not say who \
@@ -849,6 +1097,78 @@ fn oom(d: &mut Diagnosis, f: &OomFacts, ctx: Option<&Context>) {
         own_fixes(d, f, ctx, total, external, true);
     }
     framework_fixes(d, f);
+}
+
+/// Where the message's numbers do not add up, say which is missing or contradictory rather
+/// than guess: `d.checks`.
+fn check_sums(d: &mut Diagnosis, f: &OomFacts, total: Option<u64>, free: Option<u64>) {
+    let slack = |t: u64| (t / 20).max(GIB);
+    if let (Some(t), Some(a)) = (total, f.allocated)
+        && a > t
+    {
+        d.checks.push(format!(
+            "allocated {} is more than the total {}: the numbers come from different GPUs or \
+             processes, or the total is a cap",
+            fmt_size(a),
+            fmt_size(t)
+        ));
+    }
+    if let (Some(p), Some(r)) = (f.process_total, f.reserved)
+        && p.saturating_add(64 << 20) < r
+    {
+        d.checks.push(format!(
+            "this process's {} in use is less than the {} PyTorch reserved: the driver could \
+             not see this process (a container's PID namespace), so its figure is missing",
+            fmt_size(p),
+            fmt_size(r)
+        ));
+    }
+    if let (Some(t), Some(fr)) = (total, free) {
+        let used = t.saturating_sub(fr);
+        let mine = f.process_total.or(f.reserved);
+        let others: u64 = sum_bytes(f.processes.iter().map(|(_, b)| *b));
+        if let Some(m) = mine {
+            let accounted = m.saturating_add(others);
+            if accounted > used.saturating_add(slack(t)) {
+                d.checks.push(format!(
+                    "this job and the listed processes hold {}, more than the {} in use \
+                     (total − free): the figures were taken at different moments",
+                    fmt_size(accounted),
+                    fmt_size(used)
+                ));
+            } else if used > accounted.saturating_add(slack(t)) && !f.processes.is_empty() {
+                d.checks.push(format!(
+                    "{} in use is in no number of the message (total − free − this process − \
+                     the listed processes): processes the driver did not list, or its reserve",
+                    fmt_size(used - accounted)
+                ));
+            }
+        }
+    }
+}
+
+/// Fixes for an out-of-memory under a per-process cap.
+fn cap_fixes(d: &mut Diagnosis, f: &OomFacts, ctx: Option<&Context>) {
+    let detail = match f.framework {
+        Framework::Mps => format!(
+            "The cap is MPS's high watermark. Raise it, at the risk of swapping the whole \
+             machine:\n    PYTORCH_MPS_HIGH_WATERMARK_RATIO=0.0 {}",
+            job_command(ctx)
+        ),
+        Framework::TensorFlow => "TensorFlow's allocator took a fraction of the GPU: raise \
+             `per_process_gpu_memory_fraction` (TF1 `GPUOptions`) or the virtual device's \
+             `memory_limit`, or use `tf.config.experimental.set_memory_growth`."
+            .to_string(),
+        Framework::Jax => "JAX preallocates a fraction of the GPU (75 % by default): raise \
+             XLA_PYTHON_CLIENT_MEM_FRACTION (e.g. .95), or set \
+             XLA_PYTHON_CLIENT_PREALLOCATE=false to allocate on demand."
+            .to_string(),
+        _ => "Look for `torch.cuda.set_per_process_memory_fraction` in the code or its \
+             libraries, a MIG slice (`nvidia-smi -L` lists MIG devices), or a container or \
+             scheduler limit on GPU memory, and raise it."
+            .to_string(),
+    };
+    d.fixes.push(fix("Raise or remove the cap", detail));
 }
 
 fn another_gpu(ctx: Option<&Context>, failed: Option<u32>, footprint: u64) -> Fix {
@@ -1068,6 +1388,10 @@ fn framework_fixes(d: &mut Diagnosis, f: &OomFacts) {
 
 fn device(d: &mut Diagnosis, f: &super::DeviceFacts) {
     d.case = Case::DeviceMismatch;
+    if f.devices.is_empty() && f.argument.is_none() && f.operator.is_none() {
+        // The message's words, not its facts (cut short, or a wording without them).
+        d.confidence = Confidence::Likely;
+    }
     let devices = if f.devices.is_empty() {
         "two devices".to_string()
     } else {
@@ -1163,6 +1487,9 @@ fn device(d: &mut Diagnosis, f: &super::DeviceFacts) {
 #[allow(clippy::too_many_lines)]
 fn shape(d: &mut Diagnosis, f: &ShapeFacts) {
     d.case = Case::ShapeMismatch;
+    if f.shapes.is_empty() && f.dims.is_empty() && f.parameter.is_none() {
+        d.confidence = Confidence::Likely;
+    }
     let shapes = f.shapes.join(" and ");
     let print_shapes = fix(
         "Print the shapes to find the layer",
@@ -1331,6 +1658,16 @@ fn shape(d: &mut Diagnosis, f: &ShapeFacts) {
 fn known(d: &mut Diagnosis, k: KnownFailure, line: &str, ctx: Option<&Context>) {
     use KnownFailure as K;
     d.case = Case::Known(k);
+    if matches!(k, K::CudnnError | K::CublasError) {
+        // The status names the library, not the cause: memory, an earlier kernel error or
+        // mismatched versions look alike in the text.
+        d.confidence = Confidence::Likely;
+        d.run_would_add = Some(
+            "`gpuwatch run -- …` records how full the GPU was when the library failed, which \
+             tells an out-of-memory in disguise from a version or kernel error."
+                .to_string(),
+        );
+    }
     let (headline, fixes): (&str, Vec<Fix>) = match k {
         K::DeviceSideAssert => (
             "A CUDA kernel assertion failed (device-side assert): usually an index out of range",
@@ -1667,6 +2004,11 @@ fn wrap(out: &mut String, text: &str, indent: &str, width: usize) {
 pub fn render_text(d: &Diagnosis) -> String {
     let mut out = String::new();
     wrap(&mut out, &d.headline, "", 80);
+    let why = match &d.reasoning {
+        Some(r) => format!("Why ({}): {r}", d.confidence.label()),
+        None => format!("Confidence: {}", d.confidence.label()),
+    };
+    wrap(&mut out, &why, "  ", 80);
     if !d.analysis.excerpt.is_empty() {
         out.push_str("\nThe error:\n");
         for l in d.analysis.excerpt.iter().take(4) {
@@ -1681,6 +2023,19 @@ pub fn render_text(d: &Diagnosis) -> String {
             out.push_str("  - ");
             out.push_str(s.trim_start());
         }
+    }
+    if !d.checks.is_empty() {
+        out.push_str("\nThe numbers do not add up:\n");
+        for c in &d.checks {
+            let mut s = String::new();
+            wrap(&mut s, c, "    ", 80);
+            out.push_str("  - ");
+            out.push_str(s.trim_start());
+        }
+    }
+    if let Some(more) = &d.run_would_add {
+        out.push('\n');
+        wrap(&mut out, &format!("The text alone cannot tell: {more}"), "", 80);
     }
     if !d.fixes.is_empty() {
         out.push_str("\nFixes, in order:\n");
@@ -1972,6 +2327,10 @@ mod tests {
     fn render_stays_near_80_columns() {
         let d = Diagnosis {
             case: Case::Unknown,
+            confidence: Confidence::Possible,
+            reasoning: Some("because ".repeat(20)),
+            checks: vec!["a check ".repeat(20)],
+            run_would_add: None,
             headline: "word ".repeat(40),
             facts: vec!["- a fact ".repeat(20)],
             fixes: vec![fix("t", "- item ".repeat(30))],

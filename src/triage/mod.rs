@@ -28,15 +28,17 @@
 //! facts the final message lacks.
 
 mod diagnose;
+mod json;
 mod parse;
 mod size;
 
 use serde::Serialize;
 
 pub use diagnose::{
-    Case, Context, CudaDevice, Diagnosis, Fix, GpuView, ProcView, batch_size_from_args, cuda_order,
+    Case, Confidence, Context, CudaDevice, Diagnosis, Fix, GpuView, ProcView, batch_size_from_args, cuda_order,
     cuda_visible, diagnose, diagnose_job, map_ordinal, render_text,
 };
+pub use json::{ExplainJson, SCHEMA_VERSION, explain_json, framework_name, shape_kind_name};
 pub use size::{fmt_size, parse_size};
 
 /// Bytes of one line that are looked at; the rest of a very long line is ignored.

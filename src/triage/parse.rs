@@ -1221,7 +1221,10 @@ pub(crate) fn oom_facts(text: &str, framework: Framework) -> OomFacts {
         f.reserved = size_at(&c, 1);
     }
     if let Some(c) = MPS.captures(text) {
+        // aten/src/ATen/mps/MPSAllocator.mm: the allocator's heaps, the process's other Metal
+        // allocations, and the high watermark (a cap, not the machine's memory).
         f.allocated = size_at(&c, 1);
+        f.process_total = f.allocated.zip(size_at(&c, 2)).map(|(a, o)| a.saturating_add(o));
         f.allowed = size_at(&c, 3);
     }
     if f.requested.is_none()

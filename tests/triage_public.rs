@@ -16,6 +16,7 @@ struct Case {
     name: String,
     source: String,
     kind: String,
+    cause: Option<String>,
     facts: Vec<(String, String)>,
     text: String,
 }
@@ -81,6 +82,7 @@ fn parse(path: &Path) -> Case {
         name: name.clone(),
         source: String::new(),
         kind: String::new(),
+        cause: None,
         facts: Vec::new(),
         text: text.to_string(),
     };
@@ -92,7 +94,8 @@ fn parse(path: &Path) -> Case {
         match key.trim() {
             "source" => case.source = value,
             "kind" => case.kind = value,
-            "framework" | "version" | "cause" | "note" => {}
+            "cause" => case.cause = Some(value),
+            "framework" | "version" | "note" => {}
             k if k.starts_with("fact.") => case.facts.push((k["fact.".len()..].to_string(), value)),
             k => panic!("{name}: unknown header key {k:?}"),
         }
@@ -189,6 +192,9 @@ fn check_oom_fact(f: &OomFacts, key: &str, value: &str) -> Result<(), String> {
 struct Score {
     files: usize,
     class_ok: usize,
+    /// OOM texts whose header names a cause, and those the diagnosis agrees with.
+    causes: usize,
+    cause_ok: usize,
     oom_with_numbers: usize,
     oom_numbers_ok: usize,
     misses: Vec<String>,
@@ -198,6 +204,8 @@ fn score(split: &str) -> Score {
     let mut s = Score {
         files: 0,
         class_ok: 0,
+        causes: 0,
+        cause_ok: 0,
         oom_with_numbers: 0,
         oom_numbers_ok: 0,
         misses: Vec::new(),
@@ -211,6 +219,21 @@ fn score(split: &str) -> Score {
         } else {
             s.misses
                 .push(format!("{}: class: want {}, got {got}", case.name, case.kind));
+        }
+        if let Some(want) = &case.cause {
+            s.causes += 1;
+            let d = gpuwatch::triage::diagnose(&a, None);
+            // The corpus says `other_process`; the schema `other_processes`.
+            let got = d.case.cause().unwrap_or("-");
+            if got == want || (got, want.as_str()) == ("other_processes", "other_process") {
+                s.cause_ok += 1;
+            } else {
+                s.misses.push(format!(
+                    "{}: cause: want {want}, got {got} ({})",
+                    case.name,
+                    d.reasoning.unwrap_or_default()
+                ));
+            }
         }
         let sizes: Vec<&(String, String)> = case
             .facts
@@ -263,13 +286,16 @@ fn pct(a: usize, b: usize) -> f64 {
 
 fn report(split: &str, s: &Score) -> String {
     let mut out = format!(
-        "{split}: class {}/{} = {:.1} %; OOM texts with every number exact {}/{} = {:.1} %\n",
+        "{split}: class {}/{} = {:.1} %; OOM texts with every number exact {}/{} = {:.1} %; \
+         cause as labelled {}/{}\n",
         s.class_ok,
         s.files,
         pct(s.class_ok, s.files),
         s.oom_numbers_ok,
         s.oom_with_numbers,
-        pct(s.oom_numbers_ok, s.oom_with_numbers)
+        pct(s.oom_numbers_ok, s.oom_with_numbers),
+        s.cause_ok,
+        s.causes
     );
     for m in &s.misses {
         let _ = writeln!(out, "  {m}");

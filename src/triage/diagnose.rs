@@ -728,8 +728,10 @@ fn oom(d: &mut Diagnosis, f: &OomFacts, ctx: Option<&Context>) {
     let needed_by_job = own.unwrap_or(0).saturating_add(requested.unwrap_or(0));
     // The GPU had room: free (the allocator measures it after releasing its cache) far
     // exceeds the request, so neither the card nor the cache was the limit.
+    // The margin (a tenth of the request, at least 256 MiB) covers the allocator's rounding and
+    // the driver's granularity, where a request just below the free figure still fails.
     let room = matches!((requested, free), (Some(r), Some(fr))
-        if fr >= r.saturating_mul(2) && fr.saturating_sub(r) >= 256 << 20);
+        if fr >= r.saturating_add((r / 10).max(256 << 20)));
     let external_case = external > 0
         && !room
         && match (requested, free) {
@@ -794,7 +796,10 @@ fn oom(d: &mut Diagnosis, f: &OomFacts, ctx: Option<&Context>) {
     // Held outside the job, more than the job itself: others, not the job's tensors.
     let outside_case = !room
         && outside.is_some_and(|(o, mine, _)| o > mine && o >= GIB)
-        && requested.is_none_or(|r| free.is_none_or(|fr| r <= fr.saturating_add(outside.map_or(0, |x| x.0))));
+        // The request did not fit in what was free, and would have with the memory held outside.
+        && requested.is_none_or(|r| {
+            free.is_none_or(|fr| fr < r && r <= fr.saturating_add(outside.map_or(0, |x| x.0)))
+        });
     // What the job itself held, or the GPU's state: without either, "own tensors" is a guess.
     let has_numbers = f.allocated.is_some() || own.is_some() || (total.is_some() && free.is_some());
     check_sums(d, f, total, free);
@@ -841,7 +846,7 @@ fn oom(d: &mut Diagnosis, f: &OomFacts, ctx: Option<&Context>) {
         d.case = Case::Cap;
         d.confidence = Confidence::Likely;
         d.reasoning = Some(format!(
-            "{} free, far more{asked}: the GPU had room, so a limit the message does not \
+            "{} free, more{asked}: the GPU had room, so a limit the message does not \
              print refused it (a memory fraction, a MIG slice, a container or driver limit) \
              or another process took the memory at that moment",
             fmt_size(fr)
@@ -1009,6 +1014,14 @@ fn oom(d: &mut Diagnosis, f: &OomFacts, ctx: Option<&Context>) {
     } else if has_numbers || view.is_some() {
         d.case = Case::OwnTensors;
         d.reasoning = Some(match (own, total) {
+            (Some(o), Some(t)) if requested.is_some_and(|r| r > o) => format!(
+                "the {} asked is more than all the job held ({} of {}){}: one allocation too \
+                 large for what was left",
+                fmt_size(requested.unwrap_or(0)),
+                fmt_size(o),
+                fmt_size(t),
+                free.map_or_else(String::new, |fr| format!(", with {} free", fmt_size(fr)))
+            ),
             (Some(o), Some(t)) => format!(
                 "this job held {} of {}{}{}: its own memory filled the GPU",
                 fmt_size(o),

@@ -1541,6 +1541,45 @@ fn signature(line: &str) -> Option<(Failure, u8)> {
 mod tests {
     use super::*;
 
+    /// Every line of every real text in the corpus (`tests/fixtures/triage/*-real.txt` and
+    /// the public corpus, whose files name their source thread).
+    fn real_lines() -> Vec<String> {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/triage");
+        let mut lines = Vec::new();
+        for dir in [root.join("public/tune"), root.join("public/holdout"), root.clone()] {
+            for e in std::fs::read_dir(dir).expect("corpus dir") {
+                let p = e.expect("entry").path();
+                let name = p.file_name().unwrap_or_default().to_string_lossy().into_owned();
+                if !p.is_file() || (p.parent() == Some(root.as_path()) && !name.ends_with("-real.txt")) {
+                    continue;
+                }
+                let text = std::fs::read_to_string(&p).expect("read");
+                let body = text.split_once("\n---\n").map_or(text.as_str(), |(_, b)| b);
+                lines.extend(body.lines().map(|l| strip_rank_prefix(&strip_ansi(l)).to_string()));
+            }
+        }
+        lines
+    }
+
+    /// Each signature is read in at least one real text; the ones the corpus has none for yet
+    /// are listed here, and the list may only shrink.
+    #[test]
+    fn every_signature_has_a_real_text() {
+        const NOT_YET: &[&str] = &[];
+        let lines = real_lines();
+        let mut missing = Vec::new();
+        for (r, _) in SIGNATURES.iter() {
+            if !lines.iter().any(|l| r.is_match(l)) {
+                missing.push(r.as_str().to_string());
+            }
+        }
+        let unexpected: Vec<&String> = missing
+            .iter()
+            .filter(|m| !NOT_YET.iter().any(|n| m.contains(n)))
+            .collect();
+        assert!(unexpected.is_empty(), "signatures with no real text: {unexpected:#?}");
+    }
+
     #[test]
     fn classes_are_made_ascii_escapes_kept() {
         assert_eq!(ascii_classes(r"\d+"), "[0-9]+");

@@ -352,3 +352,52 @@ fn a_silent_job_gets_its_exit_code_or_signal_not_traceback_advice() {
         stderr(&out)
     );
 }
+
+/// `run`'s report and `explain` read the same text the same way: the same headline and the same
+/// reasoning line, whichever front end the user meets.
+#[test]
+fn run_and_explain_agree_on_the_same_text() {
+    let sc = ScenarioFile::new(&format!("[[gpu]]\n{H200}"));
+    let dir = tempfile::tempdir().expect("tmp");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/triage");
+    for name in [
+        "oom-torch-2.11-fragmentation-real.txt",
+        "public/tune/jax-jit-incompatible-devices-conv.txt",
+        "public/tune/keras-weights-convert-windows.txt",
+        "public/tune/cudnn-internal-error-repro-snippet.txt",
+        "public/tune/nccl-watchdog-timeout-allreduce-1800000.txt",
+        "public/tune/host-cpuallocator-with-cuda-oom-hint.txt",
+    ] {
+        let raw = std::fs::read_to_string(root.join(name)).expect("fixture");
+        let body = raw.split_once("\n---\n").map_or(raw.as_str(), |(_, b)| b);
+        let log = dir.path().join("log.txt");
+        std::fs::write(&log, body).expect("log");
+        let explained = gpuwatch_cmd(&sc)
+            .args(["explain"])
+            .arg(&log)
+            .output()
+            .expect("explain runs");
+        assert!(explained.status.success(), "{name}: {}", stderr(&explained));
+        let explained = common::stdout(&explained);
+        let script = format!("cat '{}' >&2; exit 1", log.display());
+        let (out, _) = run_script(&sc, &script);
+        assert_eq!(out.status.code(), Some(1), "{name}: {}", stderr(&out));
+        // The report follows the job's own output (which has blank lines of its own).
+        let err = stderr(&out);
+        let report = err.rsplit_once("gpuwatch: sh -c").map_or("", |(_, r)| r);
+        let diagnosis = report.split_once("\n\n").map_or("", |(_, d)| d);
+        // The headline and its "Why (…)" line, wrapped the same way.
+        let head = |t: &str| {
+            t.split("\nThe error:")
+                .next()
+                .unwrap_or_default()
+                .trim()
+                .to_string()
+        };
+        assert!(
+            head(&explained).contains("Why (") || head(&explained).contains("Confidence: "),
+            "{name}: {explained}"
+        );
+        assert_eq!(head(diagnosis), head(&explained), "{name}");
+    }
+}

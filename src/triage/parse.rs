@@ -1468,6 +1468,8 @@ static SIGNATURES: LazyLock<Vec<(Regex, Says)>> = LazyLock::new(|| {
     .collect()
 });
 
+static SIG_JAX_DEVICES: LazyLock<Regex> =
+    LazyLock::new(|| re(r"device ids (\[[\d, ]{1,80}\]) on platform (\w+)"));
 static SIG_TF_DIMS: LazyLock<Regex> = LazyLock::new(|| {
     re(r"must be equal, but are (-?\d+) and (-?\d+)(?:.{0,600}?with input shapes: (\[[\d,?]{0,80}\]), (\[[\d,?]{0,80}\]))?")
 });
@@ -1486,7 +1488,12 @@ fn signature(line: &str) -> Option<(Failure, u8)> {
     let (_, says) = SIGNATURES.iter().find(|(r, _)| r.is_match(line))?;
     let failure = match *says {
         Says::Device => Failure::DeviceMismatch(DeviceFacts {
-            devices: Vec::new(),
+            // JAX names each side's device ids and platform.
+            devices: SIG_JAX_DEVICES
+                .captures_iter(line)
+                .take(4)
+                .map(|c| format!("{} {}", &c[2], &c[1]))
+                .collect(),
             argument: None,
             operator: None,
         }),

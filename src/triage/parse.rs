@@ -210,6 +210,7 @@ const PHRASES: &[&str] = &[
     "incompatible shapes for broadcasting",
     "Incompatible shapes for broadcasting",
     "same number of dimensions",
+    "arrays of different rank",
     "inconsistent sizes",
     "weight tensor expected",
     "Assertion `",
@@ -1415,7 +1416,9 @@ static SIGNATURES: LazyLock<Vec<(Regex, Says)>> = LazyLock::new(|| {
         (r"dot_general requires (?:lhs batch dimensions and rhs batch dimensions|contracting dimensions) to have the same shape", Says::Shape(S::Matmul)),
         (r"\w+ got incompatible shapes for broadcasting", Says::Shape(S::Broadcast)),
         (r"Incompatible shapes for broadcasting", Says::Shape(S::Broadcast)),
-        (r"arrays must have the same number of dimensions, got", Says::Shape(S::Broadcast)),
+        // jax/_src/lax/lax.py: "<op>: arrays must have same number of dimensions, got
+        // {shapes}." (2021 on), "<op> got arrays of different rank: (..), (..)." before.
+        (r"arrays must have (?:the )?same number of dimensions, got|got arrays of different rank", Says::Shape(S::Broadcast)),
         (r"vmap got inconsistent sizes for array axes to be mapped", Says::Shape(S::BatchSize)),
         // XLA xla/service/shape_inference.cc (InferDotOpShape: "Contracting dimension sizes do
         // not match.", later "... are not compatible"), StableHLO's TypeInference.cpp ("...

@@ -414,55 +414,73 @@ fn clean_device(d: &str) -> String {
         .to_string()
 }
 
+// PyTorch aten/src/ATen/TensorIterator.cpp (compute_types) and the dispatcher's
+// aten/src/ATen/core/op_registration/adaption.cpp (common_device_check_failure), 1.9+.
 static DEV_TWO: LazyLock<Regex> =
     LazyLock::new(|| re(r"found at least two devices, ([\w:]+) and ([\w:]+)"));
+// PyTorch aten/src/ATen/TensorIterator.cpp, 1.5-1.8 ("but got <arg> is on <dev>, different
+// from other tensors on <dev>").
 static DEV_GOT: LazyLock<Regex> =
     LazyLock::new(|| re(r"but got (\w+) is on ([\w:]+), different from other tensors on ([\w:]+)"));
+// PyTorch aten/src/ATen/core/op_registration/adaption.cpp: the argument and the method.
 static DEV_CHECK_ARG: LazyLock<Regex> = LazyLock::new(|| {
     re(
         r"when checking argument for argument (\w+) in method (\w+)|when checking argument in method (\w+)",
     )
 });
+// PyTorch aten/src/ATen/Utils.h (checked_dense_tensor_unwrap), 0.4-1.6.
 static DEV_OBJ: LazyLock<Regex> = LazyLock::new(|| {
     re(
         r"Expected object of (?:device type|backend) (\w+) but got (?:device type|backend) (\w+) for argument #\d+ '(\w+)'(?: in call to (\w+))?",
     )
 });
+// PyTorch 0.3-0.4 torch/csrc/autograd / THP bindings ("Expected object of type").
 static DEV_OBJ_TYPE: LazyLock<Regex> = LazyLock::new(|| {
     re(r"Expected object of type ([\w.]+) but found type ([\w.]+) for argument #\d+ '(\w+)'")
 });
+// PyTorch aten/src/ATen/native/Convolution.cpp (check_input_same_type_as_parameters):
+// the types name both device and dtype.
 static DEV_INPUT_TYPE: LazyLock<Regex> = LazyLock::new(|| {
     re(r"Input type \(([^)]{1,80})\) and (weight|bias) type \(([^)]{1,80})\) should be the same")
 });
+// PyTorch aten/src/ATen/TensorUtils.cpp (checkDeviceType / checkSameGPU callers), 1.x.
 static DEV_ARG_ON: LazyLock<Regex> = LazyLock::new(|| {
     re(
         r"Tensor for (?:argument #\d+ )?'(\w+)' is on (CPU|GPU|CUDA|cpu|cuda)[^,]*, but expected (?:it|them) to be on (CPU|GPU|CUDA|cpu|cuda)(?:[^(]*\(while checking arguments for (\w+)\))?",
     )
 });
+// PyTorch aten/src/ATen/TensorUtils.cpp (checkSameGPU, checkAllSameGPU).
 static DEV_SAME_AS: LazyLock<Regex> = LazyLock::new(|| {
     re(
         r"[Ee]xpected tensor for (?:argument #\d+ )?'(\w+)' to have the same device as tensor for (?:argument #\d+ )?'(\w+)(?:'; but device (\d+) does not equal (\d+)(?: \(while checking arguments for (\w+)\))?)?",
     )
 });
+// PyTorch aten/src/ATen/native/RNN.h (check_attributes) and cudnn/RNN.cpp.
 static DEV_RNN: LazyLock<Regex> = LazyLock::new(|| {
     re(
         r"Input and (parameter|hidden) tensors are not (?:at|on) the same device, found input tensor at ([\w:]+) and (?:parameter|hidden) tensor at ([\w:]+)",
     )
 });
+// PyTorch aten/src/ATen/native/TensorAdvancedIndexing.cpp (index checks).
 static DEV_INDICES: LazyLock<Regex> = LazyLock::new(|| {
     re(r"indices should be either on cpu or on the same device as the indexed tensor \((\w+)\)")
 });
+// PyTorch c10/core/TensorImpl / aten checks ("Expected device <d> but got device <d>").
 static DEV_EXPECTED: LazyLock<Regex> =
     LazyLock::new(|| re(r"[Ee]xpected device ([\w:]+) but got device ([\w:]+)"));
+// PyTorch aten/src/ATen/core/Generator.h (check_generator).
 static DEV_GENERATOR: LazyLock<Regex> =
     LazyLock::new(|| re(r"Expected a '(\w+)' device type for generator but found '(\w+)'"));
+// PyTorch aten/src/ATen/TensorUtils.cpp (checkBackend), 1.x.
 static DEV_BACKEND: LazyLock<Regex> = LazyLock::new(|| {
     re(
         r"Expected tensor to have (\w+) Backend, but got tensor with (\w+) Backend(?: \(while checking arguments for (\w+)\))?",
     )
 });
+// PyTorch torch/csrc/utils/tensor_numpy.cpp (tensor_to_numpy).
 static DEV_NUMPY: LazyLock<Regex> =
     LazyLock::new(|| re(r"can't convert ([\w:]+) device type tensor to numpy"));
+// PyTorch torch/nn/parallel/data_parallel.py (DataParallel.forward).
 static DEV_DP: LazyLock<Regex> = LazyLock::new(|| {
     re(
         r"module must have its parameters and buffers on device ([\w:]+) \(device_ids\[0\]\) but found one of them on device: ([\w:]+)",
@@ -642,122 +660,155 @@ fn device_mismatch(line: &str) -> Option<(Failure, u8)> {
 // ---------------------------------------------------------------------------------------------
 // Shape mismatch
 
+// PyTorch aten/src/ATen/native/LinearAlgebra.cpp (addmm meta), 1.8+.
 static SH_MATMUL: LazyLock<Regex> = LazyLock::new(|| {
     re(r"mat1 and mat2 shapes cannot be multiplied \((\d+)x(\d+) and (\d+)x(\d+)\)")
 });
+// PyTorch aten/src/THC/generic/THCTensorMathBlas.cu / TH (addmm), before 1.8.
 static SH_MATMUL_OLD: LazyLock<Regex> =
     LazyLock::new(|| re(r"size mismatch, m1: \[(\d+) x (\d+)\], m2: \[(\d+) x (\d+)\]"));
+// PyTorch aten/src/ATen/native/LinearAlgebra.cpp (matmul, mm checks).
 static SH_MATMUL_DIM: LazyLock<Regex> = LazyLock::new(|| {
     re(
         r"mat1 dim 1 must match mat2 dim 0|self and mat2 shapes cannot be multiplied|both arguments to matmul need to be at least 1D",
     )
 });
+// PyTorch aten/src/ATen/native/LinearAlgebra.cpp (bmm/baddbmm checks).
 static SH_BMM: LazyLock<Regex> = LazyLock::new(|| {
     re(
         r"Expected size for first two dimensions of batch2 tensor to be: (\[[\d, ]{1,80}\]) but got: (\[[\d, ]{1,80}\])",
     )
 });
+// TensorFlow core/kernels/matmul_op_impl.h ("Matrix size-incompatible: In[0]: .., In[1]: ..").
 static SH_TF_MATMUL: LazyLock<Regex> = LazyLock::new(|| {
     re(r"Matrix size-incompatible: In\[0\]: (\[[\d,]{1,80}\]), In\[1\]: (\[[\d,]{1,80}\])")
 });
+// JAX jax/_src/lax/lax.py (_dot_general_shape_rule).
 static SH_JAX_DOT: LazyLock<Regex> = LazyLock::new(|| {
     re(
         r"dot_general requires contracting dimensions to have the same shape, got (\([\d, ]{0,80}\)) and (\([\d, ]{0,80}\))",
     )
 });
+// PyTorch aten/src/ATen/native/LossNLL.cpp (nll_loss_nd), torch/nn/functional.py before.
 static SH_BATCH: LazyLock<Regex> = LazyLock::new(|| {
     re(r"Expected input batch_size \((\d+)\) to match target batch_size \((\d+)\)")
 });
+// PyTorch aten/src/ATen/native/TensorShape.cpp (check_cat_shape_except_dim); 1.5-1.9 on
+// CUDA named the mismatching dimension ("Got N and M in dimension D").
 static SH_CAT: LazyLock<Regex> = LazyLock::new(|| {
     re(
         r"Sizes of tensors must match except in dimension (-?\d+)\. (?:Expected size (\d+) but got size (\d+)|Got (\d+) and (\d+) in dimension (-?\d+))",
     )
 });
+// PyTorch aten/src/ATen/native/TensorShape.cpp (get_stack_inputs).
 static SH_STACK: LazyLock<Regex> = LazyLock::new(|| {
     re(
         r"stack expects each tensor to be equal size, but got (\[[\d, ]{0,80}\]) at entry (\d+) and (\[[\d, ]{0,80}\]) at entry (\d+)",
     )
 });
+// PyTorch aten/src/ATen/ExpandUtils.cpp (infer_size_impl), 0.4-2.x.
 static SH_BROADCAST: LazyLock<Regex> = LazyLock::new(|| {
     re(
         r"The size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\) at non-singleton dimension (-?\d+)",
     )
 });
+// TensorFlow core/kernels/cwise_ops_common.cc ("Incompatible shapes: [..] vs. [..]") and
+// JAX jax/_src/lax/lax.py ("Incompatible shapes for broadcasting: shapes=[..]").
 static SH_TF_BROADCAST: LazyLock<Regex> = LazyLock::new(|| {
     re(
         r"Incompatible shapes(?: for broadcasting)?: (?:shapes=\[)?(\[[\d, ]{0,80}\]|\([\d, ]{0,80}\)),? (?:vs\. )?(\[[\d, ]{0,80}\]|\([\d, ]{0,80}\))",
     )
 });
+// PyTorch aten/src/ATen/ExpandUtils.cpp (inferExpandGeometry).
 static SH_EXPAND: LazyLock<Regex> = LazyLock::new(|| {
     re(
         r"The expanded size of the tensor \((\d+)\) must match the existing size \((\d+)\) at non-singleton dimension (-?\d+)\.\s*Target sizes: (\[[-\d, ]{0,80}\])\.\s*Tensor sizes: (\[[\d, ]{0,80}\])",
     )
 });
+// PyTorch aten/src/ATen/native/TensorAdvancedIndexing.cpp (index_put_ shape check).
 static SH_INDEX_BROADCAST: LazyLock<Regex> = LazyLock::new(|| {
     re(
         r"shape mismatch: value tensor of shape (\[[\d, ]{0,80}\]) cannot be broadcast to indexing result of shape (\[[\d, ]{0,80}\])",
     )
 });
+// PyTorch aten/src/ATen/TensorIterator.cpp (compute_shape, out= argument).
 static SH_OUT_BROADCAST: LazyLock<Regex> = LazyLock::new(|| {
     re(r"output with shape (\[[\d, ]{0,80}\]) doesn't match the broadcast shape (\[[\d, ]{0,80}\])")
 });
+// PyTorch aten/src/ATen/native/Convolution.cpp (check_shape_forward), 1.0-1.4 wording.
 static SH_CONV_OLD: LazyLock<Regex> = LazyLock::new(|| {
     re(
         r"Given groups=\d+ and weights of shape: ?(\[[\d, ]{0,80}\]) ?, so expected input ?\((\[[\d, ]{0,80}\])\) +to have (\d+) channels, but got (\d+) channels instead",
     )
 });
+// PyTorch aten/src/ATen/native/Loss*.cpp / THNN criterion checks.
 static SH_TARGET_PAIR: LazyLock<Regex> = LazyLock::new(|| {
     re(
         r"target tensor expects \d+D input tensors, but found inputs with sizes (\[[\d, ]{0,80}\]) and (\[[\d, ]{0,80}\])|Expected target size (\[[\d, ]{0,80}\]), got (\[[\d, ]{0,80}\])|size mismatch \(got input: (\[[\d, ]{0,80}\]), target: (\[[\d, ]{0,80}\])\)|The shape of the mask (\[[\d, ]{0,80}\]) at index \d+ does not match the shape of the indexed tensor (\[[\d, ]{0,80}\])",
     )
 });
+// PyTorch aten/src/ATen/native/Pool.h (pool2d_shape_check).
 static SH_POOL: LazyLock<Regex> = LazyLock::new(|| {
     re(
         r"Given input size: (\([\dx]{1,60}\))\. Calculated output size: (\([\dx-]{1,60}\))\. Output size is too small",
     )
 });
+// PyTorch aten/src/ATen/InferSize.h (infer_size_impl).
 static SH_VIEW: LazyLock<Regex> =
     LazyLock::new(|| re(r"shape '(\[[-\d, ]{0,200}\])' is invalid for input of size (\d+)"));
+// PyTorch aten/src/ATen/native/TensorShape.cpp (view_impl).
 static SH_VIEW_STRIDE: LazyLock<Regex> =
     LazyLock::new(|| re(r"view size is not compatible with input tensor's size and stride"));
+// PyTorch aten/src/ATen/native/Convolution.cpp (check_shape_forward), 1.5+.
 static SH_CONV: LazyLock<Regex> = LazyLock::new(|| {
     re(
         r"Given (?:groups|transposed)=\d+, weight of size (\[[\d, ]{0,80}\]|[\d ]{1,80}), expected input(\[[\d, ]{0,80}\]) to have (\d+) channels, but got (\d+) channels instead",
     )
 });
+// PyTorch aten/src/ATen/native/Convolution.cpp (check_shape_forward: "Expected N-dimensional
+// input for N-dimensional weight", before 1.11; batchify: "Expected 3D (unbatched) or 4D
+// (batched) input to conv2d", 1.11+).
 static SH_CONV_RANK: LazyLock<Regex> = LazyLock::new(|| {
     re(
         r"Expected (\d+)-dimensional input for \d+-dimensional weight (\[[\d, ]{0,80}\]), but got (\d+)-dimensional input of size (\[[\d, ]{0,80}\])|Expected (\d+)D \(unbatched\) or (\d+)D \(batched\) input to (\w+), but got input of size: (\[[\d, ]{0,80}\])",
     )
 });
+// PyTorch torch/nn/modules/module.py (_load_from_state_dict).
 static SH_STATE: LazyLock<Regex> = LazyLock::new(|| {
     re(
         r"size mismatch for ([\w.\-]+): copying a param with shape torch\.Size\((\[[\d, ]{0,80}\])\) from checkpoint, the shape in current model is torch\.Size\((\[[\d, ]{0,80}\])\)",
     )
 });
+// PyTorch torch/nn/functional.py (binary_cross_entropy*).
 static SH_TARGET: LazyLock<Regex> = LazyLock::new(|| {
     re(
         r"Target size \(torch\.Size\((\[[\d, ]{0,80}\])\)\) must be the same as input size \(torch\.Size\((\[[\d, ]{0,80}\])\)\)",
     )
 });
+// PyTorch aten/src/ATen/native/Normalization.cpp (batch_norm checks).
 static SH_RUNNING_MEAN: LazyLock<Regex> =
     LazyLock::new(|| re(r"running_mean should contain (\d+) elements not (\d+)"));
+// PyTorch torch/nn/modules/rnn.py (check_input).
 static SH_RNN_INPUT: LazyLock<Regex> = LazyLock::new(|| {
     re(r"input\.size\(-1\) must be equal to input_size\. Expected (\d+), got (\d+)")
 });
+// PyTorch torch/nn/modules/rnn.py (check_hidden_size).
 static SH_HIDDEN: LazyLock<Regex> = LazyLock::new(|| {
     re(r"Expected hidden(?:\[\d\])? size (\([\d, ]{0,80}\)), got (\[[\d, ]{0,80}\])")
 });
+// PyTorch c10/core/WrapDimMinimal.cpp (maybe_wrap_dim).
 static SH_DIM_RANGE: LazyLock<Regex> = LazyLock::new(|| {
     re(
         r"Dimension out of range \(expected to be in range of \[(-?\d+), (-?\d+)\], but got (-?\d+)\)",
     )
 });
+// Keras layers/input_spec.py (assert_input_compatibility; engine/input_spec.py in tf.keras).
 static SH_KERAS: LazyLock<Regex> = LazyLock::new(|| {
     re(
         r"expected axis (-?\d+) of input shape to have value (\d+),? but received input with shape (\([\w, ]{0,80}\))",
     )
 });
+// TensorFlow python/framework/tensor_shape.py (assert_is_compatible_with), from tf.keras losses.
 static SH_KERAS_SHAPES: LazyLock<Regex> =
     LazyLock::new(|| re(r"Shapes (\([\w, ]{0,80}\)) and (\([\w, ]{0,80}\)) are incompatible"));
 
@@ -1006,6 +1057,11 @@ fn shape_mismatch(line: &str) -> Option<ShapeFacts> {
 // ---------------------------------------------------------------------------------------------
 // Out of memory
 
+// PyTorch c10/cuda/CUDACachingAllocator.cpp (every wording; "HIP" once hipified, XPU's own
+// allocator), c10/cuda/CUDAException.cpp ("CUDA error: out of memory"), cuBLAS/cuDNN status
+// names (aten/src/ATen/cuda/Exceptions.h), TensorFlow core/framework/op_kernel.cc ("OOM when
+// allocating") and core/common_runtime/bfc_allocator.cc, XLA/PjRt RESOURCE_EXHAUSTED,
+// aten/src/ATen/mps/MPSAllocator.mm, CuPy cupy/cuda/memory.pyx, NCCL src/include/checks.h.
 static OOM_HEAD: LazyLock<Regex> = LazyLock::new(|| {
     re(concat!(
         r"(?P<torch>(?P<accel>CUDA|HIP|XPU) out of memory)|",
@@ -1049,8 +1105,10 @@ static OLD_PIECE: LazyLock<Regex> = LazyLock::new(|| {
         r"^\s*{SIZE} (total capacity|already allocated|free|reserved in total by PyTorch|cached|allowed)",
     )
 });
+// PyTorch c10/cuda/CUDACachingAllocator.cpp, 2.1+ ("capacty" in 2.1).
 static NEW_TOTAL: LazyLock<Regex> =
     LazyLock::new(|| sized(r"total capaci?ty of {SIZE} of which {SIZE} is free"));
+// PyTorch c10/cuda/CUDACachingAllocator.cpp (reportProcessMemoryInfo, through NVML), 2.1+.
 static NEW_PROC: LazyLock<Regex> =
     LazyLock::new(|| sized(r"Process (\d+) has {SIZE} memory in use"));
 static NEW_THIS: LazyLock<Regex> =
@@ -1063,9 +1121,11 @@ static THERE_ARE_FREE: LazyLock<Regex> = LazyLock::new(|| sized(r"There are {SIZ
 /// pool holds, used blocks and cached ones.
 static SO_FAR: LazyLock<Regex> =
     LazyLock::new(|| sized(r"(?:allocated so far: |out of memory to allocate .{1,40}\(total ){SIZE}"));
+// PyTorch aten/src/ATen/mps/MPSAllocator.mm (alloc_buffer_block).
 static MPS: LazyLock<Regex> = LazyLock::new(|| {
     sized(r"MPS allocated: {SIZE}, other allocations: {SIZE}, max allowed: {SIZE}")
 });
+// TensorFlow core/framework/op_kernel.cc (OpKernelContext::allocate_tensor).
 static TF_SHAPE: LazyLock<Regex> = LazyLock::new(|| {
     re(r"OOM when allocating tensor with shape\s?\[([\d,\s]{0,200})\] and type (\w+)")
 });
@@ -1290,29 +1350,64 @@ pub(crate) fn is_exact_stat(line: &str) -> bool {
 static KNOWN: LazyLock<Vec<(Regex, KnownFailure, u8)>> = LazyLock::new(|| {
     use KnownFailure as K;
     [
+        // CUDA runtime cudaErrorAssert through c10/cuda/CUDAException.cpp (C10_CUDA_CHECK), the
+        // kernels' CUDA_KERNEL_ASSERT (c10/macros/Macros.h).
         (r"(?i)device-side assert(?:ion)? triggered|cudaErrorAssert|CUDA_ERROR_ASSERT", K::DeviceSideAssert, RANK_ROOT),
+        // cudaErrorNoKernelImageForDevice / HIP hipErrorNoBinaryForGpu (ROCm/clr hip_error.cpp),
+        // torch/cuda/__init__.py (_check_cubins: "is not compatible with the current PyTorch
+        // installation", "no longer supports this GPU").
         (r"(?i)no kernel image is available|cudaErrorNoKernelImageForDevice|invalid device function|CUDA_ERROR_NO_BINARY_FOR_GPU|hipErrorNoBinaryForGpu|no longer supports this GPU|is not compatible with the current PyTorch installation", K::NoKernelImage, RANK_ENV),
+        // cudaErrorInsufficientDriver, c10/cuda/CUDAFunctions.cpp (device_count_impl: "The NVIDIA
+        // driver on your system is too old"), CUDA forward-compatibility errors.
         (r"(?i)NVIDIA driver on your system is too old|driver version is insufficient for CUDA runtime|cudaErrorInsufficientDriver|CUDA_ERROR_SYSTEM_DRIVER_MISMATCH|forward compatibility was attempted on non supported HW|unsupported display driver / cuda driver combination|PTX was compiled with an unsupported toolchain", K::DriverTooOld, RANK_ENV),
+        // cudaErrorECCUncorrectable through C10_CUDA_CHECK.
         (r"(?i)uncorrectable ECC error|cudaErrorECCUncorrectable|CUDA_ERROR_ECC_UNCORRECTABLE", K::EccError, RANK_ENV),
+        // torch/cuda/__init__.py (_lazy_init).
         (r"Torch not compiled with CUDA enabled", K::NotCompiledWithCuda, RANK_ENV),
+        // torch/serialization.py (validate_cuda_device).
         (r"Attempting to deserialize object on (?:a )?CUDA device", K::CudaDeserialize, RANK_ENV),
+        // c10/cuda/CUDAFunctions.cpp (device_count_ensure_non_zero: "No CUDA GPUs are
+        // available"), cudaErrorNoDevice, torch/cuda/__init__.py ("Found no NVIDIA driver").
         (r"(?i)found no NVIDIA driver|No CUDA GPUs are available|no CUDA-capable device is detected|cudaErrorNoDevice|CUDA_ERROR_NO_DEVICE|you might not have a CUDA gpu|NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver", K::NoGpu, RANK_ENV),
+        // cudaErrorInvalidDevice through C10_CUDA_CHECK.
         (r"(?i)invalid device ordinal|cudaErrorInvalidDevice\b|CUDA_ERROR_INVALID_DEVICE", K::InvalidDeviceOrdinal, RANK_ENV),
+        // cudaErrorDevicesUnavailable (exclusive-process compute mode).
         (r"(?i)CUDA-capable device\(s\) (?:is/are|is|are) busy or unavailable|cudaErrorDevicesUnavailable", K::DeviceBusy, RANK_ENV),
+        // cudaErrorUnknown / cudaErrorInitializationError through C10_CUDA_CHECK.
         (r"(?i)CUDA unknown error|CUDA error: unknown error|cudaErrorUnknown|CUDA error: initialization error|cudaErrorInitializationError|CUDA_ERROR_NOT_INITIALIZED", K::CudaInit, RANK_ENV),
+        // c10/core/impl/alloc_cpu.cpp (DefaultCPUAllocator; c10/core/CPUAllocator.cpp before
+        // 1.11), torch/utils/data/_utils/signal_handling.py ("DataLoader worker (pid N) is killed by
+        // signal"), torch/distributed/elastic (exitcode -9).
         (r"(?i)DefaultCPUAllocator: (?:can't allocate memory|not enough memory)|^Killed$|Signal 9 \(SIGKILL\) received|exitcode\s*:\s*-9\b|DataLoader worker \(pid\(?s?\)? ?[\d, ]*\)? is killed by signal: Killed|std::bad_alloc", K::HostOutOfMemory, RANK_HOST),
+        // torch/utils/data/_utils/signal_handling.py (bus error), aten/src/ATen/MapAllocator.cpp
+        // ("unable to open shared memory object", "unable to write to file").
         (r"(?i)insufficient shared memory \(shm\)|unable to (?:write to file|open shared memory object)|DataLoader worker .{0,40}killed by signal: Bus error|bus error", K::SharedMemory, RANK_HOST),
+        // aten/src/ATen/templates/TensorMethods.cpp (check_type: "expected scalar type X but found
+        // Y"), LinearAlgebra.cpp (mat1 and mat2 dtype), Convolution.cpp (bias type).
         (r"expected scalar type \w+ but found \w+|expected (?:mat1 and mat2|m1 and m2) to have the same dtype|[Ff]ound dtype \w+ but expected \w+|Expected object of scalar type \w+ but got scalar type|and bias type .{0,60} should be the same|must have the same dtype|not implemented for '\w+'", K::DtypeMismatch, RANK_ROOT),
+        // aten/src/ATen/native/Embedding.cpp / TensorAdvancedIndexing.cpp (index_select),
+        // LossNLL.cpp ("Target N is out of bounds").
         (r"index out of range in self|index \d+ is out of bounds for dimension|Target -?\d+ is out of bounds", K::IndexOutOfRange, RANK_ROOT),
         // Below the shape ranks so a `size mismatch for` in the same message wins.
+        // torch/nn/modules/module.py (load_state_dict).
         (r"(?:Missing|Unexpected) key\(s\) in state_dict", K::StateDictKeys, RANK_ROOT - 2),
+        // cudaErrorIllegalAddress through C10_CUDA_CHECK.
         (r"(?i)an illegal memory access was encountered|cudaErrorIllegalAddress|CUDA_ERROR_ILLEGAL_ADDRESS", K::IllegalMemoryAccess, RANK_ILLEGAL),
+        // cudaErrorLaunchFailure, cudaErrorMisalignedAddress, cudaErrorLaunchTimeout,
+        // cudaErrorIllegalInstruction.
         (r"(?i)unspecified launch failure|misaligned address|the launch timed out and was terminated|an illegal instruction was encountered|cudaErrorLaunchFailure|CUDA_ERROR_LAUNCH_FAILED", K::LaunchFailure, RANK_ILLEGAL),
+        // cudnnGetErrorString names through aten/src/ATen/cuda/Exceptions.h (AT_CUDNN_CHECK);
+        // TensorFlow stream_executor/cuda/cuda_dnn.cc, core/kernels/conv_ops.cc.
         (r"CUDNN_STATUS_\w+|cuDNN error|Unable to find a valid cuDNN algorithm|DNN library initialization failed|Failed to get convolution algorithm", K::CudnnError, RANK_LIB),
+        // cublasStatus_t names through aten/src/ATen/cuda/Exceptions.h (TORCH_CUDABLAS_CHECK).
         (r"CUBLAS_STATUS_\w+|cuBLAS error", K::CublasError, RANK_LIB),
+        // torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp (WorkNCCL::checkTimeout: "Watchdog
+        // caught collective operation timeout"), c10d TCPStore ("Socket Timeout").
         (r"(?i)Watchdog caught collective operation timeout|collective operation timeout|NCCL communicator was aborted|ProcessGroupNCCL.{0,80}timed out|DistStoreError: .{0,60}timed? ?out|Socket Timeout|Timed out initializing process group", K::NcclTimeout, RANK_NCCL_TIMEOUT),
         // The specific reason NCCL gives beats its generic "NCCL error" line.
         (r"Duplicate GPU detected", K::NcclError, RANK_NCCL + 1),
+        // torch/csrc/distributed/c10d/NCCLUtils.hpp (C10D_NCCL_CHECK: "NCCL error in: <file>:<line>,
+        // <ncclGetErrorString>"), NVIDIA/nccl src/init.cc (ncclGetErrorString texts).
         (r"(?i:NCCL error)|NCCL operation \w+|ncclUnhandledCudaError|ncclSystemError|ncclInternalError|ncclInvalidArgument|ncclInvalidUsage|ncclRemoteError|unhandled system error, NCCL version|DistBackendError", K::NcclError, RANK_NCCL),
     ]
     .into_iter()

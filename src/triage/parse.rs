@@ -1308,7 +1308,13 @@ static BFC_INUSE: LazyLock<Regex> = LazyLock::new(|| re(r"^(?:.*\] )?\s*InUse:\s
 /// TensorFlow 1.x core/common_runtime/gpu/gpu_device.cc, when it creates the device: "Found
 /// device 0 with properties: ... totalMemory: 1.94GiB freeMemory: 1.71GiB". The capacity is the
 /// card's; the free figure is at start, not at the failure, so it is not kept as `free`.
-static TF_DEVICE_TOTAL: LazyLock<Regex> = LazyLock::new(|| sized(r"totalMemory: ?{SIZE}"));
+/// TensorFlow 1.0-1.4 printed it on a line of its own: "Total memory: 7.92GiB".
+static TF_DEVICE_TOTAL: LazyLock<Regex> =
+    LazyLock::new(|| sized(r"(?:totalMemory: ?|^Total memory: ){SIZE}"));
+/// NVIDIA/nccl src/include/alloc.h: the allocation a `Cuda failure 'out of memory'` was for,
+/// on a WARN line of its own, before or after it.
+static NCCL_ALLOC: LazyLock<Regex> =
+    LazyLock::new(|| sized(r"Failed to CUDA (?:calloc|malloc|host alloc)(?: async)? {SIZE}"));
 /// core/common_runtime/bfc_allocator.cc (DumpMemoryLog): "Sum Total of in-use chunks: 2.27GiB".
 static BFC_SUM: LazyLock<Regex> = LazyLock::new(|| sized(r"Sum Total of in-use chunks: {SIZE}"));
 
@@ -1318,11 +1324,17 @@ pub(crate) fn allocator_stats(line: &str) -> Option<OomFacts> {
     if !(line.contains("Limit:")
         || line.contains("InUse:")
         || line.contains("Sum Total of in-use")
-        || line.contains("totalMemory:"))
+        || line.contains("otal memory:")
+        || line.contains("totalMemory:")
+        || line.contains("Failed to CUDA"))
     {
         return None;
     }
     let mut f = OomFacts::empty(Framework::TensorFlow);
+    if let Some(c) = NCCL_ALLOC.captures(line) {
+        f.requested = size_at(&c, 1);
+        return f.requested.is_some().then_some(f);
+    }
     if let Some(c) = TF_DEVICE_TOTAL.captures(line) {
         f.total = size_at(&c, 1);
         return f.total.is_some().then_some(f);

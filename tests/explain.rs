@@ -59,7 +59,10 @@ fn a_saved_log_gets_the_diagnosis_in_text_and_json() {
     assert_eq!(json["framework"], "pytorch");
     assert_eq!(json["confidence"], "certain");
     // 57.55 GiB exactly, named.
-    assert_eq!(json["facts"]["reserved_unallocated_bytes"], 61_793_841_971_u64);
+    assert_eq!(
+        json["facts"]["reserved_unallocated_bytes"],
+        61_793_841_971_u64
+    );
     assert_eq!(json["facts"]["requested_bytes"], 1u64 << 30);
     assert!(
         json["reasoning"]
@@ -166,12 +169,7 @@ fn has_type(v: &serde_json::Value, ty: &str) -> bool {
 
 /// Checks one object against the rows `prefix.*` of the doc: the same field names, each of
 /// its documented type.
-fn check_object(
-    json: &serde_json::Value,
-    fields: &[(String, String)],
-    prefix: &str,
-    what: &str,
-) {
+fn check_object(json: &serde_json::Value, fields: &[(String, String)], prefix: &str, what: &str) {
     let obj = json
         .as_object()
         .unwrap_or_else(|| panic!("{what}: {prefix} is not an object"));
@@ -221,7 +219,11 @@ fn the_json_follows_its_documented_schema() {
     let shape_kinds = documented_values(doc, "shape.kind");
     // Every kind the classifier can say is documented.
     for k in gpuwatch::triage::KnownFailure::ALL {
-        assert!(kinds.iter().any(|d| d == k.kind()), "{} undocumented", k.kind());
+        assert!(
+            kinds.iter().any(|d| d == k.kind()),
+            "{} undocumented",
+            k.kind()
+        );
     }
     let mut seen_kinds = std::collections::BTreeSet::new();
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/triage");
@@ -258,7 +260,10 @@ fn the_json_follows_its_documented_schema() {
             assert_eq!(fix["order"], i + 1, "{what}");
         }
         let kind = json["kind"].as_str().expect("kind");
-        assert!(kinds.iter().any(|d| d == kind), "{what}: kind {kind} undocumented");
+        assert!(
+            kinds.iter().any(|d| d == kind),
+            "{what}: kind {kind} undocumented"
+        );
         seen_kinds.insert(kind.to_string());
         assert!(
             confidences.iter().any(|c| json["confidence"] == c.as_str()),
@@ -267,13 +272,24 @@ fn the_json_follows_its_documented_schema() {
         );
         if kind == "out_of_memory" {
             assert!(causes.iter().any(|c| json["cause"] == c.as_str()), "{what}");
-            assert!(frameworks.iter().any(|f| json["framework"] == f.as_str()), "{what}");
+            assert!(
+                frameworks.iter().any(|f| json["framework"] == f.as_str()),
+                "{what}"
+            );
         } else {
-            assert!(json["cause"].is_null() && json["framework"].is_null(), "{what}");
+            assert!(
+                json["cause"].is_null() && json["framework"].is_null(),
+                "{what}"
+            );
         }
     }
     // The corpus exercises the kinds that carry objects, and more.
-    for k in ["out_of_memory", "shape_mismatch", "device_mismatch", "unknown"] {
+    for k in [
+        "out_of_memory",
+        "shape_mismatch",
+        "device_mismatch",
+        "unknown",
+    ] {
         assert!(seen_kinds.contains(k), "{k} never printed: {seen_kinds:?}");
     }
     assert!(seen_kinds.len() >= 15, "{seen_kinds:?}");

@@ -1181,7 +1181,11 @@ fn diagnose_shape_in_features() {
 fn fixture_paths() -> Vec<std::path::PathBuf> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/triage");
     let mut out = Vec::new();
-    for dir in [root.clone(), root.join("public/tune"), root.join("public/holdout")] {
+    for dir in [
+        root.clone(),
+        root.join("public/tune"),
+        root.join("public/holdout"),
+    ] {
         for entry in std::fs::read_dir(dir).expect("fixtures dir") {
             let path = entry.expect("entry").path();
             if path.is_file() {

@@ -132,7 +132,11 @@ fn bytes(printed: &str) -> Option<(u64, u64)> {
     let (int, frac) = num.split_once('.').unwrap_or((&num, ""));
     let int: u128 = int.parse().ok()?;
     let scale = 10u128.pow(u32::try_from(frac.len()).ok()?);
-    let frac: u128 = if frac.is_empty() { 0 } else { frac.parse().ok()? };
+    let frac: u128 = if frac.is_empty() {
+        0
+    } else {
+        frac.parse().ok()?
+    };
     let value = u64::try_from(int * unit + (frac * unit + scale / 2) / scale).ok()?;
     let slack = u64::try_from(unit / scale / 2).ok()?;
     Some((value, slack))
@@ -175,7 +179,9 @@ fn check_oom_fact(f: &OomFacts, key: &str, value: &str) -> Result<(), String> {
         "allowed" => f.allowed,
         "limit" => f.limit,
         k if k.starts_with("other.") => {
-            let pid: u32 = k["other.".len()..].parse().map_err(|_| format!("bad pid in {k}"))?;
+            let pid: u32 = k["other.".len()..]
+                .parse()
+                .map_err(|_| format!("bad pid in {k}"))?;
             f.processes.iter().find(|(p, _)| *p == pid).map(|(_, b)| *b)
         }
         k => return Err(format!("unknown fact {k}")),
@@ -217,8 +223,10 @@ fn score(split: &str) -> Score {
         if got == case.kind {
             s.class_ok += 1;
         } else {
-            s.misses
-                .push(format!("{}: class: want {}, got {got}", case.name, case.kind));
+            s.misses.push(format!(
+                "{}: class: want {}, got {got}",
+                case.name, case.kind
+            ));
         }
         if let Some(want) = &case.cause {
             s.causes += 1;
@@ -315,7 +323,12 @@ fn every_file_names_its_source_and_a_known_kind() {
                 c.name,
                 c.source
             );
-            assert!(KINDS.contains(&c.kind.as_str()), "{}: kind {:?}", c.name, c.kind);
+            assert!(
+                KINDS.contains(&c.kind.as_str()),
+                "{}: kind {:?}",
+                c.name,
+                c.kind
+            );
             assert!(!c.text.trim().is_empty(), "{}: no text", c.name);
         }
     }

@@ -778,18 +778,25 @@ fn oom(d: &mut Diagnosis, f: &OomFacts, ctx: Option<&Context>) {
         // Within 2 % counts: the figures are rounded to two decimals, and an allocator grows
         // by whole blocks or heaps larger than the request.
         .filter(|(a, _)| {
-            room || held.saturating_add(requested.unwrap_or(0)).saturating_mul(50) >= a.saturating_mul(49)
+            room || held
+                .saturating_add(requested.unwrap_or(0))
+                .saturating_mul(50)
+                >= a.saturating_mul(49)
         });
     // Old wording, no process list: what neither PyTorch nor the free pool holds was held by
     // the CUDA context, other processes or a display. New wording without `Process N` lines
     // (a container, ROCm): what this process does not hold.
     let outside = match (f.total, f.free, f.reserved, f.process_total) {
-        (Some(t), Some(fr), Some(r), None) if f.processes.is_empty() && ctx.is_none() => {
-            Some((t.saturating_sub(fr).saturating_sub(r), r, "PyTorch reserved"))
-        }
-        (Some(t), Some(fr), _, Some(p)) if f.processes.is_empty() && ctx.is_none() => {
-            Some((t.saturating_sub(fr).saturating_sub(p), p, "this process held"))
-        }
+        (Some(t), Some(fr), Some(r), None) if f.processes.is_empty() && ctx.is_none() => Some((
+            t.saturating_sub(fr).saturating_sub(r),
+            r,
+            "PyTorch reserved",
+        )),
+        (Some(t), Some(fr), _, Some(p)) if f.processes.is_empty() && ctx.is_none() => Some((
+            t.saturating_sub(fr).saturating_sub(p),
+            p,
+            "this process held",
+        )),
         _ => None,
     }
     .filter(|(o, _, _)| *o >= GIB / 2 && total.is_some_and(|t| o.saturating_mul(4) >= t));
@@ -819,8 +826,8 @@ fn oom(d: &mut Diagnosis, f: &OomFacts, ctx: Option<&Context>) {
                     ", while {} was free: a per-process cap, not a full GPU",
                     fmt_size(fr)
                 ),
-                _ if full_too => ": the cap refused it, and the GPU had no room left either"
-                    .to_string(),
+                _ if full_too =>
+                    ": the cap refused it, and the GPU had no room left either".to_string(),
                 _ => ": a per-process cap, not a full GPU".to_string(),
             }
         ));
@@ -829,10 +836,7 @@ fn oom(d: &mut Diagnosis, f: &OomFacts, ctx: Option<&Context>) {
             fmt_size(limit),
             match free {
                 Some(fr) if room => format!(", with {} of the GPU still free", fmt_size(fr)),
-                Some(fr) => format!(
-                    "; the GPU was nearly full as well ({} free)",
-                    fmt_size(fr)
-                ),
+                Some(fr) => format!("; the GPU was nearly full as well ({} free)", fmt_size(fr)),
                 None => String::new(),
             }
         );
@@ -874,7 +878,11 @@ fn oom(d: &mut Diagnosis, f: &OomFacts, ctx: Option<&Context>) {
         d.reasoning = Some(format!(
             "total − free − {} = {} held outside this job, more than the {} {what}: other \
              processes (the message does not list them)",
-            if what == "PyTorch reserved" { "reserved" } else { "this process" },
+            if what == "PyTorch reserved" {
+                "reserved"
+            } else {
+                "this process"
+            },
             fmt_size(o),
             fmt_size(mine)
         ));
@@ -893,7 +901,8 @@ fn oom(d: &mut Diagnosis, f: &OomFacts, ctx: Option<&Context>) {
             "`gpuwatch run -- …` names the processes that held the rest when the job failed."
                 .to_string(),
         );
-        d.fixes.push(another_gpu(ctx, nvml, needed_by_job.max(mine)));
+        d.fixes
+            .push(another_gpu(ctx, nvml, needed_by_job.max(mine)));
         d.fixes.push(fix(
             "Find what else holds the GPU",
             format!(
@@ -963,7 +972,10 @@ fn oom(d: &mut Diagnosis, f: &OomFacts, ctx: Option<&Context>) {
         d.reasoning = Some(format!(
             "reserved − allocated = {}, more{asked}{}: fragmentation",
             fmt_size(u),
-            free.map_or_else(String::new, |fr| format!(", and only {} free", fmt_size(fr)))
+            free.map_or_else(String::new, |fr| format!(
+                ", and only {} free",
+                fmt_size(fr)
+            ))
         ));
         if requested.is_none() {
             d.confidence = Confidence::Likely;
@@ -2048,7 +2060,12 @@ pub fn render_text(d: &Diagnosis) -> String {
     }
     if let Some(more) = &d.run_would_add {
         out.push('\n');
-        wrap(&mut out, &format!("The text alone cannot tell: {more}"), "", 80);
+        wrap(
+            &mut out,
+            &format!("The text alone cannot tell: {more}"),
+            "",
+            80,
+        );
     }
     if !d.fixes.is_empty() {
         out.push_str("\nFixes, in order:\n");

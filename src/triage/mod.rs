@@ -35,8 +35,8 @@ mod size;
 use serde::Serialize;
 
 pub use diagnose::{
-    Case, Confidence, Context, CudaDevice, Diagnosis, Fix, GpuView, ProcView, batch_size_from_args, cuda_order,
-    cuda_visible, diagnose, diagnose_job, map_ordinal, render_text,
+    Case, Confidence, Context, CudaDevice, Diagnosis, Fix, GpuView, ProcView, batch_size_from_args,
+    cuda_order, cuda_visible, diagnose, diagnose_job, map_ordinal, render_text,
 };
 pub use json::{ExplainJson, SCHEMA_VERSION, explain_json, framework_name, shape_kind_name};
 pub use size::{fmt_size, parse_size};

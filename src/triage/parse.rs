@@ -1095,10 +1095,10 @@ static REQ: LazyLock<Regex> = LazyLock::new(|| {
 });
 static EXACT_BYTES: LazyLock<Regex> =
     LazyLock::new(|| re(r"\((?:rounded to )?(\d+)(?:B| bytes)?\)"));
-/// TensorFlow core/common_runtime/gpu/gpu_device.cc (EigenAllocator): a count of bytes, no unit.
+// TensorFlow core/common_runtime/gpu/gpu_device.cc (EigenAllocator): a count of bytes, no unit.
 static EIGEN_BYTES: LazyLock<Regex> =
     LazyLock::new(|| re(r"ran out of memory when allocating (\d{1,20})\b"));
-/// The 1.x parenthesis, closed or cut short (a log collector's line limit, an issue title).
+// The 1.x parenthesis, closed or cut short (a log collector's line limit, an issue title).
 static OLD_PAREN: LazyLock<Regex> = LazyLock::new(|| re(r"\(GPU \d+; ([^)]{1,600})(?:\)|$)"));
 static OLD_PIECE: LazyLock<Regex> = LazyLock::new(|| {
     sized(
@@ -1117,10 +1117,11 @@ static NEW_ALLOC: LazyLock<Regex> = LazyLock::new(|| sized(r"{SIZE} is allocated
 static NEW_UNALLOC: LazyLock<Regex> =
     LazyLock::new(|| sized(r"{SIZE} is reserved by PyTorch but unallocated"));
 static THERE_ARE_FREE: LazyLock<Regex> = LazyLock::new(|| sized(r"There are {SIZE} free"));
-/// CuPy's pool total (cupy/cuda/memory.pyx: `allocated so far`, `total` before v7): what the
-/// pool holds, used blocks and cached ones.
-static SO_FAR: LazyLock<Regex> =
-    LazyLock::new(|| sized(r"(?:allocated so far: |out of memory to allocate .{1,40}\(total ){SIZE}"));
+// CuPy's pool total (cupy/cuda/memory.pyx: `allocated so far`, `total` before v7): what the
+// pool holds, used blocks and cached ones.
+static SO_FAR: LazyLock<Regex> = LazyLock::new(|| {
+    sized(r"(?:allocated so far: |out of memory to allocate .{1,40}\(total ){SIZE}")
+});
 // PyTorch aten/src/ATen/mps/MPSAllocator.mm (alloc_buffer_block).
 static MPS: LazyLock<Regex> = LazyLock::new(|| {
     sized(r"MPS allocated: {SIZE}, other allocations: {SIZE}, max allowed: {SIZE}")
@@ -1160,48 +1161,48 @@ fn out_of_memory(line: &str) -> Option<(Failure, u8)> {
     }
     let has = |p: &str| line.contains(p);
     let mut rank = RANK_ROOT;
-    let framework = if has("HIP out of memory")
-        || has("hipError")
-        || has("HIP error")
-        || has("HIP_ERROR")
-    {
-        Framework::Rocm
-    } else if has("MPS backend out of memory") {
-        Framework::Mps
-    } else if has("CUBLAS_STATUS_ALLOC_FAILED") {
-        Framework::Cublas
-    } else if has("CUDNN_STATUS_NOT_ALLOCATED")
-        || has("CUDNN_STATUS_ALLOC_FAILED")
-        || line.to_ascii_lowercase().contains("cudnn_status_alloc_failed")
-    {
-        Framework::Cudnn
-    } else if has("ran out of memory trying to allocate") {
-        // The BFC allocator's warning; the real error (JAX or TensorFlow) follows.
-        rank = RANK_OOM_WARNING;
-        Framework::TensorFlow
-    } else if has("external/org_tensorflow") || has("external/xla") || has("jaxlib") {
-        // jaxlib vendors TensorFlow's XLA sources under external/.
-        Framework::Jax
-    } else if has("OOM when allocating")
-        || has("Dst tensor is not initialized")
-        || has("tensorflow")
-        || has("ResourceExhaustedError")
-        || has("from device:")
-    {
-        Framework::TensorFlow
-    } else if has("RESOURCE_EXHAUSTED") || has("Resource exhausted") || has("jax") || has("Xla") {
-        Framework::Jax
-    } else if has("CUDA out of memory")
-        || has("XPU out of memory")
-        || has("THC")
-        || has("torch")
-        || has("RuntimeError")
-        || line.starts_with("CUDA error")
-    {
-        Framework::PyTorch
-    } else {
-        Framework::Other
-    };
+    let framework =
+        if has("HIP out of memory") || has("hipError") || has("HIP error") || has("HIP_ERROR") {
+            Framework::Rocm
+        } else if has("MPS backend out of memory") {
+            Framework::Mps
+        } else if has("CUBLAS_STATUS_ALLOC_FAILED") {
+            Framework::Cublas
+        } else if has("CUDNN_STATUS_NOT_ALLOCATED")
+            || has("CUDNN_STATUS_ALLOC_FAILED")
+            || line
+                .to_ascii_lowercase()
+                .contains("cudnn_status_alloc_failed")
+        {
+            Framework::Cudnn
+        } else if has("ran out of memory trying to allocate") {
+            // The BFC allocator's warning; the real error (JAX or TensorFlow) follows.
+            rank = RANK_OOM_WARNING;
+            Framework::TensorFlow
+        } else if has("external/org_tensorflow") || has("external/xla") || has("jaxlib") {
+            // jaxlib vendors TensorFlow's XLA sources under external/.
+            Framework::Jax
+        } else if has("OOM when allocating")
+            || has("Dst tensor is not initialized")
+            || has("tensorflow")
+            || has("ResourceExhaustedError")
+            || has("from device:")
+        {
+            Framework::TensorFlow
+        } else if has("RESOURCE_EXHAUSTED") || has("Resource exhausted") || has("jax") || has("Xla")
+        {
+            Framework::Jax
+        } else if has("CUDA out of memory")
+            || has("XPU out of memory")
+            || has("THC")
+            || has("torch")
+            || has("RuntimeError")
+            || line.starts_with("CUDA error")
+        {
+            Framework::PyTorch
+        } else {
+            Framework::Other
+        };
     Some((Failure::OutOfMemory(oom_facts(line, framework)), rank))
 }
 
@@ -1285,7 +1286,10 @@ pub(crate) fn oom_facts(text: &str, framework: Framework) -> OomFacts {
         // aten/src/ATen/mps/MPSAllocator.mm: the allocator's heaps, the process's other Metal
         // allocations, and the high watermark (a cap, not the machine's memory).
         f.allocated = size_at(&c, 1);
-        f.process_total = f.allocated.zip(size_at(&c, 2)).map(|(a, o)| a.saturating_add(o));
+        f.process_total = f
+            .allocated
+            .zip(size_at(&c, 2))
+            .map(|(a, o)| a.saturating_add(o));
         f.allowed = size_at(&c, 3);
     }
     if f.requested.is_none()
@@ -1305,17 +1309,17 @@ pub(crate) fn oom_facts(text: &str, framework: Framework) -> OomFacts {
 
 static BFC_LIMIT: LazyLock<Regex> = LazyLock::new(|| re(r"^(?:.*\] )?\s*Limit:\s+(\d+)\s*$"));
 static BFC_INUSE: LazyLock<Regex> = LazyLock::new(|| re(r"^(?:.*\] )?\s*InUse:\s+(\d+)\s*$"));
-/// TensorFlow 1.x core/common_runtime/gpu/gpu_device.cc, when it creates the device: "Found
-/// device 0 with properties: ... totalMemory: 1.94GiB freeMemory: 1.71GiB". The capacity is the
-/// card's; the free figure is at start, not at the failure, so it is not kept as `free`.
-/// TensorFlow 1.0-1.4 printed it on a line of its own: "Total memory: 7.92GiB".
+// TensorFlow 1.x core/common_runtime/gpu/gpu_device.cc, when it creates the device: "Found
+// device 0 with properties: ... totalMemory: 1.94GiB freeMemory: 1.71GiB". The capacity is the
+// card's; the free figure is at start, not at the failure, so it is not kept as `free`.
+// TensorFlow 1.0-1.4 printed it on a line of its own: "Total memory: 7.92GiB".
 static TF_DEVICE_TOTAL: LazyLock<Regex> =
     LazyLock::new(|| sized(r"(?:totalMemory: ?|^Total memory: ){SIZE}"));
-/// NVIDIA/nccl src/include/alloc.h: the allocation a `Cuda failure 'out of memory'` was for,
-/// on a WARN line of its own, before or after it.
+// NVIDIA/nccl src/include/alloc.h: the allocation a `Cuda failure 'out of memory'` was for,
+// on a WARN line of its own, before or after it.
 static NCCL_ALLOC: LazyLock<Regex> =
     LazyLock::new(|| sized(r"Failed to CUDA (?:calloc|malloc|host alloc)(?: async)? {SIZE}"));
-/// core/common_runtime/bfc_allocator.cc (DumpMemoryLog): "Sum Total of in-use chunks: 2.27GiB".
+// core/common_runtime/bfc_allocator.cc (DumpMemoryLog): "Sum Total of in-use chunks: 2.27GiB".
 static BFC_SUM: LazyLock<Regex> = LazyLock::new(|| sized(r"Sum Total of in-use chunks: {SIZE}"));
 
 /// Facts from TensorFlow/XLA BFC allocator statistics (`Limit:`, `InUse:`) and its
@@ -1581,14 +1585,20 @@ static SIGNATURES: LazyLock<Vec<(Regex, Says)>> = LazyLock::new(|| {
 static SIG_JAX_DEVICES: LazyLock<Regex> =
     LazyLock::new(|| re(r"device ids (\[[\d, ]{1,80}\]) on platform (\w+)"));
 static SIG_TF_DIMS: LazyLock<Regex> = LazyLock::new(|| {
-    re(r"must be equal, but are (-?\d+) and (-?\d+)(?:.{0,600}?with input shapes: (\[[\d,?]{0,80}\]), (\[[\d,?]{0,80}\]))?")
+    re(
+        r"must be equal, but are (-?\d+) and (-?\d+)(?:.{0,600}?with input shapes: (\[[\d,?]{0,80}\]), (\[[\d,?]{0,80}\]))?",
+    )
 });
 static SIG_TF_OP: LazyLock<Regex> = LazyLock::new(|| re(r"\(op: '(\w+)'\)|\}\} = (\w+)\["));
 static SIG_RESHAPE: LazyLock<Regex> = LazyLock::new(|| {
-    re(r"tensor with (\d+) (?:values|elements)(?:, but the requested shape (?:has|requires a multiple of) (\d+)| to shape (\[[-\d, ]{0,80}\]))")
+    re(
+        r"tensor with (\d+) (?:values|elements)(?:, but the requested shape (?:has|requires a multiple of) (\d+)| to shape (\[[-\d, ]{0,80}\]))",
+    )
 });
 static SIG_TWO_SHAPES: LazyLock<Regex> = LazyLock::new(|| {
-    re(r"(?:got|weight shape|Layer shape|shapes:?) (\(?[\d, ?]{0,80}\)?|\[[\d, ?]{0,80}\]) (?:and|(?:is )?not compatible with (?:provided )?weight shape) (\(?[\d, ?]{0,80}\)?|\[[\d, ?]{0,80}\])")
+    re(
+        r"(?:got|weight shape|Layer shape|shapes:?) (\(?[\d, ?]{0,80}\)?|\[[\d, ?]{0,80}\]) (?:and|(?:is )?not compatible with (?:provided )?weight shape) (\(?[\d, ?]{0,80}\)?|\[[\d, ?]{0,80}\])",
+    )
 });
 static SIG_JAX_BCAST: LazyLock<Regex> =
     LazyLock::new(|| re(r"for broadcasting: (?:shapes=\[)?(\([\d, ]{0,80}\)), (\([\d, ]{0,80}\))"));
@@ -1611,14 +1621,19 @@ fn signature(line: &str) -> Option<(Failure, u8)> {
         Says::Shape(kind) => {
             let mut f = shape(kind, Vec::new(), Vec::new(), None);
             if let Some(c) = SIG_TF_DIMS.captures(line) {
-                f.dims = vec![num(c[1].trim_start_matches('-')), num(c[2].trim_start_matches('-'))];
+                f.dims = vec![
+                    num(c[1].trim_start_matches('-')),
+                    num(c[2].trim_start_matches('-')),
+                ];
                 if let (Some(a), Some(b)) = (c.get(3), c.get(4)) {
                     f.shapes = vec![a.as_str().to_string(), b.as_str().to_string()];
                 }
                 if let Some(op) = SIG_TF_OP.captures(line) {
                     let op = op.get(1).or_else(|| op.get(2)).map_or("", |m| m.as_str());
                     f.kind = match op {
-                        "MatMul" | "BatchMatMul" | "BatchMatMulV2" | "BatchMatMulV3" => ShapeKind::Matmul,
+                        "MatMul" | "BatchMatMul" | "BatchMatMulV2" | "BatchMatMulV3" => {
+                            ShapeKind::Matmul
+                        }
                         "Assign" | "AssignVariableOp" => ShapeKind::StateDict,
                         "ConcatV2" | "Concat" => ShapeKind::Cat,
                         "Add" | "AddV2" | "Mul" | "Sub" | "RealDiv" | "Maximum" | "Minimum"
@@ -1663,16 +1678,29 @@ mod tests {
     fn real_lines() -> Vec<String> {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/triage");
         let mut lines = Vec::new();
-        for dir in [root.join("public/tune"), root.join("public/holdout"), root.clone()] {
+        for dir in [
+            root.join("public/tune"),
+            root.join("public/holdout"),
+            root.clone(),
+        ] {
             for e in std::fs::read_dir(dir).expect("corpus dir") {
                 let p = e.expect("entry").path();
-                let name = p.file_name().unwrap_or_default().to_string_lossy().into_owned();
-                if !p.is_file() || (p.parent() == Some(root.as_path()) && !name.ends_with("-real.txt")) {
+                let name = p
+                    .file_name()
+                    .unwrap_or_default()
+                    .to_string_lossy()
+                    .into_owned();
+                if !p.is_file()
+                    || (p.parent() == Some(root.as_path()) && !name.ends_with("-real.txt"))
+                {
                     continue;
                 }
                 let text = std::fs::read_to_string(&p).expect("read");
                 let body = text.split_once("\n---\n").map_or(text.as_str(), |(_, b)| b);
-                lines.extend(body.lines().map(|l| strip_rank_prefix(&strip_ansi(l)).to_string()));
+                lines.extend(
+                    body.lines()
+                        .map(|l| strip_rank_prefix(&strip_ansi(l)).to_string()),
+                );
             }
         }
         lines
@@ -1694,7 +1722,10 @@ mod tests {
             .iter()
             .filter(|m| !NOT_YET.iter().any(|n| m.contains(n)))
             .collect();
-        assert!(unexpected.is_empty(), "signatures with no real text: {unexpected:#?}");
+        assert!(
+            unexpected.is_empty(),
+            "signatures with no real text: {unexpected:#?}"
+        );
     }
 
     #[test]

@@ -452,11 +452,6 @@ impl Scanner {
     fn push_clean(&mut self, line: &str) {
         let cleaned = clean::clean(line);
         let trimmed: &str = &cleaned;
-        if clean::is_wrapper_report(trimmed) {
-            // A launcher's summary: never the cause, and it ends no message.
-            self.any_text = true;
-            return;
-        }
         if trimmed.is_empty() {
             self.pending = None;
             return;
@@ -500,13 +495,17 @@ impl Scanner {
         let is_exception = parse::is_exception_line(trimmed);
         if let Some((failure, rank)) = parse::classify(trimmed) {
             self.pending = None;
-            self.offer(failure, rank, trimmed);
+            // A launcher's summary (checked only here and below: most lines are neither) is
+            // never the cause.
+            if !clean::is_wrapper_report(trimmed) {
+                self.offer(failure, rank, trimmed);
+            }
             if is_exception {
                 self.chained = false;
             }
         } else if is_exception {
             let root_kept = self.chained && self.last_exception.is_some();
-            if !root_kept && !parse::is_agent_error(trimmed) {
+            if !root_kept && !parse::is_agent_error(trimmed) && !clean::is_wrapper_report(trimmed) {
                 self.last_exception = Some((cap(trimmed, 1024).to_string(), self.frame.clone()));
             }
             self.chained = false;

@@ -33,7 +33,7 @@ const LEVELS: &[&str] = &[
 /// reads `(GPU 0; 10.76 GiB total capacity)`): the only case that allocates.
 pub(crate) fn clean(line: &str) -> Cow<'_, str> {
     let s = strip_prefixes(line);
-    if is_fence(s) {
+    if matches!(s.as_bytes().first(), Some(b'`' | b'~')) && is_fence(s) {
         return Cow::Borrowed("");
     }
     let cut = strip_truncation(s);
@@ -107,11 +107,21 @@ fn strip_one(s: &str) -> &str {
             .or_else(|| level(s))
             .or_else(|| named_level(s))
             .unwrap_or(s),
-        Some(b'a'..=b'z' | b'_') => s
-            .strip_prefix("traceback : ")
-            .or_else(|| host(s))
-            .or_else(|| named_level(s))
-            .unwrap_or(s),
+        Some(b'a'..=b'z' | b'_') => {
+            // One look at what follows the first word: most lines (`step 12 loss=…`) have
+            // neither `: ` nor ` - ` there.
+            let word = b
+                .iter()
+                .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-'))
+                .count();
+            match &b[word..] {
+                [b':', b' ', ..] => host(s),
+                [b' ', b'-', b' ', ..] => named_level(s),
+                [b' ', b':', b' ', ..] => s.strip_prefix("traceback : "),
+                _ => None,
+            }
+            .unwrap_or(s)
+        }
         _ => s,
     }
 }

@@ -6,8 +6,10 @@
 //! fixes in the order that works, and [`render_text`] prints it.
 //!
 //! # Classification
-//! Each line (ANSI colour codes and `\r` stripped, at most [`MAX_LINE`] bytes looked at) is
-//! matched following the usual flowchart: device words first (tensors on two devices), then
+//! Each line (ANSI colour codes and `\r` stripped, at most [`MAX_LINE`] bytes looked at, its
+//! decorations taken off by `clean`: quotes, code fences, rank/host labels, timestamps, glog
+//! and logging prefixes, a truncating ellipsis; a message wrapped at a terminal width or a
+//! collector's limit joined first) is matched following the usual flowchart: device words first (tensors on two devices), then
 //! size/shape words, then out-of-memory, then the other known GPU failures (device-side assert,
 //! illegal memory access, NCCL, no GPU, old driver, no kernel image, ECC, …). Anything else is
 //! [`Failure::Unknown`]: with a traceback, a logic bug to read in it

@@ -6,8 +6,10 @@
 //! fixes in the order that works, and [`render_text`] prints it.
 //!
 //! # Classification
-//! Each line (ANSI colour codes and `\r` stripped, at most [`MAX_LINE`] bytes looked at) is
-//! matched following the usual flowchart: device words first (tensors on two devices), then
+//! Each line (ANSI colour codes and `\r` stripped, at most [`MAX_LINE`] bytes looked at, its
+//! decorations taken off by `clean`: quotes, code fences, rank/host labels, timestamps, glog
+//! and logging prefixes, a truncating ellipsis; a message wrapped at a terminal width or a
+//! collector's limit joined first) is matched following the usual flowchart: device words first (tensors on two devices), then
 //! size/shape words, then out-of-memory, then the other known GPU failures (device-side assert,
 //! illegal memory access, NCCL, no GPU, old driver, no kernel image, ECC, …). Anything else is
 //! [`Failure::Unknown`]: with a traceback, a logic bug to read in it
@@ -27,6 +29,7 @@
 //! statistics printed by TensorFlow/XLA's BFC allocator (`Limit:`, `InUse:`, `rounded to`) fill
 //! facts the final message lacks.
 
+mod clean;
 mod diagnose;
 mod json;
 mod parse;
@@ -45,6 +48,14 @@ pub use size::{fmt_size, parse_size};
 pub const MAX_LINE: usize = 64 * 1024;
 /// Lines after an OOM line read as its continuation.
 pub const CONTINUATION_LINES: usize = 4;
+/// Terminal widths (in characters) at which a wrapped message is broken into pieces: a line
+/// exactly this long is held and joined with the next piece when that piece does not start a
+/// record of its own.
+const WRAP_COLUMNS: &[usize] = &[80, 100, 120, 132, 160, 200];
+/// Log collectors' line limits (in bytes) at which they split a long line.
+const WRAP_BYTES: &[usize] = &[1024, 2048, 4096, 8192, 16 * 1024];
+/// Bytes of a joined wrapped message kept at most.
+const MAX_WRAP: usize = 16 * 1024;
 /// Lines kept in [`Analysis::excerpt`] at most.
 pub const MAX_EXCERPT: usize = 20;
 /// Characters kept of one excerpt line.
@@ -383,6 +394,57 @@ pub struct Scanner {
     traceback: bool,
     /// A line that is not blank was seen.
     any_text: bool,
+    /// A line that filled a wrap width ([`WRAP_COLUMNS`], [`WRAP_BYTES`]): the first
+    /// piece(s) of a wrapped message, joined as they come, and the width.
+    wrap: Option<(String, usize)>,
+}
+
+/// The width a line fills if it is a wrap width (in characters for terminal columns, in bytes
+/// for collectors' limits).
+fn wrap_width(line: &str) -> Option<usize> {
+    let bytes = line.len();
+    if bytes < WRAP_COLUMNS[0] {
+        return None;
+    }
+    if WRAP_BYTES.contains(&bytes) {
+        return Some(bytes);
+    }
+    if bytes > 4 * WRAP_COLUMNS[WRAP_COLUMNS.len() - 1] {
+        return None;
+    }
+    let chars = if line.is_ascii() {
+        bytes
+    } else {
+        line.chars().count()
+    };
+    WRAP_COLUMNS.contains(&chars).then_some(chars)
+}
+
+fn width_of(line: &str, width: usize) -> usize {
+    if WRAP_BYTES.contains(&width) || line.is_ascii() {
+        line.len()
+    } else {
+        line.chars().count()
+    }
+}
+
+/// Whether `line` can be the next piece of a wrapped message: not blank, not indented (a
+/// traceback's code line), not a record of its own (a decoration prefix, a traceback header,
+/// a frame, an exception line, a chain marker).
+fn continues_piece(line: &str) -> bool {
+    if line.trim().is_empty() || line.starts_with("  ") || line.starts_with('\t') {
+        return false;
+    }
+    if clean::has_prefix(line) {
+        return false;
+    }
+    let t = line.trim_start();
+    !(t.starts_with("Traceback (")
+        || t.starts_with("File \"")
+        || t.starts_with("During handling")
+        || t.starts_with("The above exception")
+        || clean::is_fence(t)
+        || parse::is_exception_line(t))
 }
 
 fn cap(s: &str, max: usize) -> &str {
@@ -414,7 +476,7 @@ impl Scanner {
         // general path below takes three), then straight to the classifier.
         let head = cap(line, MAX_LINE);
         if memchr::memchr3(b'\n', b'\r', 0x1b, head.as_bytes()).is_none() {
-            self.push_clean(head);
+            self.push_physical(head);
             return;
         }
         for physical in line.split('\n') {
@@ -423,16 +485,40 @@ impl Scanner {
             for segment in physical.split('\r').filter(|s| !s.is_empty()) {
                 any = true;
                 let clean = parse::strip_ansi(segment);
-                self.push_clean(&clean);
+                self.push_physical(&clean);
             }
             if !any {
-                self.push_clean(""); // a blank line ends a wrapped message
+                self.push_physical(""); // a blank line ends a wrapped message
             }
         }
     }
 
+    /// One physical line (ANSI-stripped): a piece of a message wrapped at a terminal's width or
+    /// a collector's limit is held until the next piece, and the pieces are read as one line,
+    /// joined as they were before the break (which may fall inside a word or a number).
+    fn push_physical(&mut self, line: &str) {
+        if let Some((mut held, width)) = self.wrap.take() {
+            if continues_piece(line) {
+                held.push_str(cap(line, MAX_WRAP.saturating_sub(held.len())));
+                if width_of(line, width) == width && held.len() < MAX_WRAP {
+                    self.wrap = Some((held, width));
+                } else {
+                    self.push_clean(&held);
+                }
+                return;
+            }
+            self.push_clean(&held);
+        }
+        if let Some(width) = wrap_width(line) {
+            self.wrap = Some((line.to_string(), width));
+            return;
+        }
+        self.push_clean(line);
+    }
+
     fn push_clean(&mut self, line: &str) {
-        let trimmed = parse::strip_rank_prefix(line.trim());
+        let cleaned = clean::clean(line);
+        let trimmed: &str = &cleaned;
         if trimmed.is_empty() {
             self.pending = None;
             return;
@@ -486,10 +572,17 @@ impl Scanner {
         let is_exception = parse::is_exception_line(trimmed);
         if let Some((failure, rank)) = parse::classify(trimmed) {
             self.pending = None;
-            self.offer(failure, rank, trimmed);
+            // A launcher's summary (checked only here and below: most lines are neither) is
+            // never the cause.
+            if !clean::is_wrapper_report(trimmed) {
+                self.offer(failure, rank, trimmed);
+            }
+            if is_exception {
+                self.chained = false;
+            }
         } else if is_exception {
             let root_kept = self.chained && self.last_exception.is_some();
-            if !root_kept && !parse::is_agent_error(trimmed) {
+            if !root_kept && !parse::is_agent_error(trimmed) && !clean::is_wrapper_report(trimmed) {
                 self.last_exception = Some((cap(trimmed, 1024).to_string(), self.frame.clone()));
             }
             self.chained = false;
@@ -535,6 +628,13 @@ impl Scanner {
         };
         let better = match &self.best {
             None => true,
+            // After "The above exception was the direct cause" / "During handling": the
+            // exception printed first is the root cause, whatever the class of the one that
+            // follows; only a fuller message of the same class adds facts.
+            Some(best) if self.chained => {
+                richness > best.richness
+                    && std::mem::discriminant(&failure) == std::mem::discriminant(&best.failure)
+            }
             Some(best) => {
                 rank > best.rank
                     || (rank == best.rank
@@ -591,11 +691,15 @@ impl Scanner {
             .map_or(0, |(a, b)| a.len() + b.as_ref().map_or(0, String::len));
         n += self.assertion.as_ref().map_or(0, String::len);
         n += self.aux.as_ref().map_or(0, |a| a.processes.len() * 16);
+        n += self.wrap.as_ref().map_or(0, |(s, _)| s.len());
         n
     }
 
     /// The analysis of everything pushed.
     pub fn finish(mut self) -> Analysis {
+        if let Some((held, _)) = self.wrap.take() {
+            self.push_clean(&held);
+        }
         let assertion = self.assertion.take();
         // The BFC allocator dumps its statistics only when an allocation failed
         // (tensorflow/core/common_runtime/bfc_allocator.cc, DumpMemoryLog): a log cut after the
@@ -680,4 +784,4 @@ pub fn scan(reader: impl std::io::Read) -> std::io::Result<Analysis> {
 }
 
 /// Retained state of a scanner after `lines` lines can't exceed this many bytes.
-pub const SCANNER_BOUND: usize = 64 * 1024 + MAX_EXCERPT * MAX_EXCERPT_LINE;
+pub const SCANNER_BOUND: usize = 64 * 1024 + MAX_WRAP + MAX_EXCERPT * MAX_EXCERPT_LINE;

@@ -82,7 +82,6 @@ pub(crate) fn user_frame(line: &str) -> Option<String> {
         "site-packages",
         "dist-packages",
         "/lib/python",
-        "\\lib\\",
         "<frozen",
         "/torch/",
         "/jax/",
@@ -91,19 +90,16 @@ pub(crate) fn user_frame(line: &str) -> Option<String> {
     if library.iter().any(|l| path.contains(l)) {
         return None;
     }
-    Some(line.to_string())
-}
-
-/// Removes the rank prefix torchrun and friends put on each line: `[rank1]: `, `[default0]:`.
-pub(crate) fn strip_rank_prefix(line: &str) -> &str {
-    if let Some(rest) = line.strip_prefix('[')
-        && let Some(end) = rest.find("]:")
-        && end <= 24
-        && !rest[..end].contains(' ')
-    {
-        return rest[end + 2..].trim_start();
+    // Windows: `C:\Users\me\miniconda3\Lib\site-packages\torch\…`, `C:\Python310\lib\…`
+    // (any case).
+    if path.contains('\\') {
+        let lower = path.to_ascii_lowercase();
+        let windows = ["\\lib\\", "\\torch\\", "\\jax\\", "\\tensorflow\\"];
+        if windows.iter().any(|l| lower.contains(l)) {
+            return None;
+        }
     }
-    line
+    Some(line.to_string())
 }
 
 /// The elastic agent's summary (`ChildFailedError`): never the cause.
@@ -1699,7 +1695,7 @@ mod tests {
                 let body = text.split_once("\n---\n").map_or(text.as_str(), |(_, b)| b);
                 lines.extend(
                     body.lines()
-                        .map(|l| strip_rank_prefix(&strip_ansi(l)).to_string()),
+                        .map(|l| super::super::clean::clean(&strip_ansi(l)).into_owned()),
                 );
             }
         }

@@ -413,7 +413,7 @@ fn clean_device(d: &str) -> String {
 // PyTorch aten/src/ATen/TensorIterator.cpp (compute_types) and the dispatcher's
 // aten/src/ATen/core/op_registration/adaption.cpp (common_device_check_failure), 1.9+.
 static DEV_TWO: LazyLock<Regex> =
-    LazyLock::new(|| re(r"found at least two devices, ([\w:]+) and ([\w:]+)"));
+    LazyLock::new(|| re(r"found at least two devices, ([\w:]+)(?: and ([\w:]+))?"));
 // PyTorch aten/src/ATen/TensorIterator.cpp, 1.5-1.8 ("but got <arg> is on <dev>, different
 // from other tensors on <dev>").
 static DEV_GOT: LazyLock<Regex> =
@@ -515,7 +515,14 @@ fn device_mismatch(line: &str) -> Option<(Failure, u8)> {
     }
     if let Some(c) = DEV_TWO.captures(line) {
         let (arg, op) = check_arg().unwrap_or((None, None));
-        return facts(vec![clean_device(&c[1]), clean_device(&c[2])], arg, op);
+        // The second device is missing when the message was cut after the first.
+        let devices = [c.get(1), c.get(2)]
+            .into_iter()
+            .flatten()
+            .map(|m| clean_device(m.as_str()))
+            .filter(|d| !d.is_empty())
+            .collect();
+        return facts(devices, arg, op);
     }
     if line.contains("Expected all tensors to be on the same device")
         || line.contains("expected all tensors to be on the same device")

@@ -202,6 +202,8 @@ const PHRASES: &[&str] = &[
     "variables during loading",
     "variable.assign(value)",
     "incompatible with the layer",
+    "incompatible with layer",
+    "executable is built for device",
     "dot_general requires",
     "incompatible shapes for broadcasting",
     "Incompatible shapes for broadcasting",
@@ -288,6 +290,9 @@ const PHRASES: &[&str] = &[
     "busy or unavailable",
     "unknown error",
     "initialization error",
+    "SYSTEM_NOT_READY",
+    "SystemNotReady",
+    "system not yet initialized",
     "CPUAllocator",
     "killed by signal",
     "bad_alloc",
@@ -437,7 +442,8 @@ static DEV_OBJ_TYPE: LazyLock<Regex> = LazyLock::new(|| {
 // PyTorch aten/src/ATen/native/Convolution.cpp (check_input_same_type_as_parameters):
 // the types name both device and dtype.
 static DEV_INPUT_TYPE: LazyLock<Regex> = LazyLock::new(|| {
-    re(r"Input type \(([^)]{1,80})\) and (weight|bias) type \(([^)]{1,80})\) should be the same")
+    // `should be the same`, or as much of it as a cut message kept.
+    re(r"Input type \(([^)]{1,80})\) and (weight|bias) type \(([^)]{1,80})\) should")
 });
 // PyTorch aten/src/ATen/TensorUtils.cpp (checkDeviceType / checkSameGPU callers), 1.x.
 static DEV_ARG_ON: LazyLock<Regex> = LazyLock::new(|| {
@@ -808,7 +814,8 @@ static SH_DIM_RANGE: LazyLock<Regex> = LazyLock::new(|| {
 // Keras layers/input_spec.py (assert_input_compatibility; engine/input_spec.py in tf.keras).
 static SH_KERAS: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"expected axis (-?\d+) of input shape to have value (\d+),? but received input with shape (\([\w, ]{0,80}\))",
+        // Keras 2.2 engine/base_layer.py said "… to have value 784 but got shape (None, 28, 28)".
+        r"expected axis (-?\d+) of input shape to have value (\d+),? but (?:received input with|got) shape (\([\w, ]{0,80}\))",
     )
 });
 // TensorFlow python/framework/tensor_shape.py (assert_is_compatible_with), from tf.keras losses.
@@ -1163,6 +1170,11 @@ fn out_of_memory(line: &str) -> Option<(Failure, u8)> {
         return None;
     }
     let has = |p: &str| line.contains(p);
+    // TensorFlow names the device a tensor was to live on (core/framework/op_kernel.cc): on the
+    // CPU, by the CPU allocator, it is host RAM that ran out.
+    if has("OOM when allocating") && names_a_cpu_device(line) {
+        return Some((Failure::Known(KnownFailure::HostOutOfMemory, cap_line(line)), RANK_HOST));
+    }
     let mut rank = RANK_ROOT;
     let framework =
         if has("HIP out of memory") || has("hipError") || has("HIP error") || has("HIP_ERROR") {
@@ -1207,6 +1219,24 @@ fn out_of_memory(line: &str) -> Option<(Failure, u8)> {
             Framework::Other
         };
     Some((Failure::OutOfMemory(oom_facts(line, framework)), rank))
+}
+
+// The device and allocator TensorFlow's OOM names for the tensor itself
+// (core/framework/op_kernel.cc: "OOM when allocating tensor with shape[..] and type .. on
+// /job:localhost/replica:0/task:0/device:CPU:0 by allocator cpu"), not a node decoration's.
+static TF_OOM_DEVICE: LazyLock<Regex> = LazyLock::new(|| {
+    re(r"OOM when allocating tensor.{0,400}? on (\S{1,120}) by allocator (\w{1,40})")
+});
+
+/// A TensorFlow OOM for a tensor on the CPU, by the CPU allocator: host RAM ran out.
+fn names_a_cpu_device(line: &str) -> bool {
+    TF_OOM_DEVICE.captures(line).is_some_and(|c| {
+        let (device, allocator) = (&c[1], &c[2]);
+        device.contains("device:CPU:")
+            || device.ends_with("/cpu:0")
+            || allocator == "cpu"
+            || allocator == "mklcpu"
+    })
 }
 
 /// Every fact an OOM text gives.
@@ -1393,7 +1423,7 @@ static KNOWN: LazyLock<Vec<(Regex, KnownFailure, u8)>> = LazyLock::new(|| {
         // cudaErrorDevicesUnavailable (exclusive-process compute mode).
         (r"(?i)CUDA-capable device\(s\) (?:is/are|is|are) busy or unavailable|cudaErrorDevicesUnavailable", K::DeviceBusy, RANK_ENV),
         // cudaErrorUnknown / cudaErrorInitializationError through C10_CUDA_CHECK.
-        (r"(?i)CUDA unknown error|CUDA error: unknown error|cudaErrorUnknown|CUDA error: initialization error|cudaErrorInitializationError|CUDA_ERROR_NOT_INITIALIZED", K::CudaInit, RANK_ENV),
+        (r"(?i)CUDA unknown error|CUDA error: unknown error|cudaErrorUnknown|CUDA error: initialization error|cudaErrorInitializationError|CUDA_ERROR_NOT_INITIALIZED|CUDA_ERROR_SYSTEM_NOT_READY|cudaErrorSystemNotReady|system not yet initialized", K::CudaInit, RANK_ENV),
         // c10/core/impl/alloc_cpu.cpp (DefaultCPUAllocator; c10/core/CPUAllocator.cpp before
         // 1.11), torch/utils/data/_utils/signal_handling.py ("DataLoader worker (pid N) is killed by
         // signal"), torch/distributed/elastic (exitcode -9).
@@ -1493,6 +1523,9 @@ static SIGNATURES: LazyLock<Vec<(Regex, Says)>> = LazyLock::new(|| {
         (r"Could not satisfy explicit device specification '[^']{0,80}' because no supported kernel", Says::Device),
         (r"Cannot colocate nodes", Says::Device),
         (r"[Cc]annot assign a device (?:for operation|to node) .{0,200}(?:colocat|no supported kernel)", Says::Device),
+        // XLA tensorflow/compiler/xla/python/local_client.cc (2019-2020): a jitted function run
+        // with its arguments on another GPU than it was compiled for.
+        (r"executable is built for device \S+ of type .{0,120}; cannot run it on device", Says::Device),
         // TensorFlow: a device asked for that this process does not have.
         (r"no devices matching that specification are registered in this process", Says::Known(K::NoGpu)),
         // ---- shapes
@@ -1524,7 +1557,9 @@ static SIGNATURES: LazyLock<Vec<(Regex, Says)>> = LazyLock::new(|| {
         // Keras 3 keras/src/backend/common/variables.py (Variable.assign).
         (r"The shape of the target variable and the shape of the target value in `variable\.assign\(value\)` must match", Says::Shape(S::StateDict)),
         // Keras layers/input_spec.py (assert_input_compatibility), cut before the shapes.
-        (r"is incompatible with the layer: expected (?:axis|ndim|shape)", Says::Shape(S::Other)),
+        // Keras 2.x/tf.keras say "Input 0 is incompatible with layer <name>: expected
+        // shape=.., found shape=..", Keras 3 "… with the layer: expected …".
+        (r"is incompatible with (?:the )?layer[^:]{0,120}: expected (?:axis|ndim|shape|min_ndim|max_ndim)", Says::Shape(S::Other)),
         // JAX jax/_src/lax/lax.py (_dot_general_shape_rule, _try_broadcast_shapes) and
         // jax/_src/api.py (_mapped_axis_size).
         (r"dot_general requires (?:lhs batch dimensions and rhs batch dimensions|contracting dimensions) to have the same shape", Says::Shape(S::Matmul)),
@@ -1557,6 +1592,10 @@ static SIGNATURES: LazyLock<Vec<(Regex, Says)>> = LazyLock::new(|| {
         (r"The size of tensor a \(\d+\) must match the size of tensor b", Says::Shape(S::Broadcast)),
         (r"Expected input batch_size \(\d+\) to match target batch_size", Says::Shape(S::BatchSize)),
         (r"view size is not compatible with input tensor", Says::Shape(S::View)),
+        // torch/nn/modules/module.py (_load_from_state_dict) in 1.0-1.1: "size mismatch for ..:
+        // copying a param of torch.Size(..) from checkpoint, where the shape is torch.Size(..)
+        // in current model", and the words alone when cut.
+        (r"size mismatch for \S+: copying a param (?:of|with shape)", Says::Shape(S::StateDict)),
         // torch/nn/modules/module.py before 0.4 (load_state_dict raised KeyError).
         (r#"unexpected key "[^"]{1,200}" in state_dict|missing keys in state_dict"#, Says::Known(K::StateDictKeys)),
         // ---- host memory
@@ -1684,6 +1723,7 @@ mod tests {
         for dir in [
             root.join("public/tune"),
             root.join("public/holdout"),
+            root.join("public/fresh"),
             root.clone(),
         ] {
             for e in std::fs::read_dir(dir).expect("corpus dir") {

@@ -185,6 +185,7 @@ const PHRASES: &[&str] = &[
     "incompatible devices",
     "colocated on the same device",
     "explicit device specification",
+    "devices matching that specification",
     "Cannot colocate",
     "annot assign a device",
     "must be equal",
@@ -1527,7 +1528,7 @@ static SIGNATURES: LazyLock<Vec<(Regex, Says)>> = LazyLock::new(|| {
         // with its arguments on another GPU than it was compiled for.
         (r"executable is built for device \S+ of type .{0,120}; cannot run it on device", Says::Device),
         // TensorFlow: a device asked for that this process does not have.
-        (r"no devices matching that specification are registered in this process", Says::Known(K::NoGpu)),
+        (r"no devices matching that specification are registered", Says::Known(K::NoGpu)),
         // ---- shapes
         // TensorFlow core/framework/shape_inference.cc (InferenceContext::Merge / WithRank).
         (r"Dimensions? (?:\d+ in both shapes )?must be equal, but are -?\d+ and -?\d+", Says::Shape(S::Other)),

@@ -557,10 +557,12 @@ impl Scanner {
         {
             self.chained = true;
         }
-        if self.assertion.is_none() && parse::is_assertion(trimmed) {
+        // One pass rules out most lines for everything below but the exception check.
+        let hit = parse::prefilter(trimmed);
+        if hit && self.assertion.is_none() && parse::is_assertion(trimmed) {
             self.assertion = Some(cap(trimmed, 1024).to_string());
         }
-        if let Some(facts) = parse::allocator_stats(trimmed) {
+        if hit && let Some(facts) = parse::allocator_stats(trimmed) {
             let aux = self
                 .aux
                 .get_or_insert_with(|| OomFacts::empty(Framework::TensorFlow));
@@ -570,7 +572,7 @@ impl Scanner {
             aux.fill_from(&facts);
         }
         let is_exception = parse::is_exception_line(trimmed);
-        if let Some((failure, rank)) = parse::classify(trimmed) {
+        if let Some((failure, rank)) = hit.then(|| parse::classify_filtered(trimmed)).flatten() {
             self.pending = None;
             // A launcher's summary (checked only here and below: most lines are neither) is
             // never the cause.

@@ -177,6 +177,13 @@ const PHRASES: &[&str] = &[
     "for generator",
     "device_ids[0]",
     "Expected object of",
+    // allocator statistics (see allocator_stats)
+    "Limit:",
+    "InUse:",
+    "Sum Total of in-use",
+    "otal memory:",
+    "totalMemory:",
+    "Failed to CUDA",
     // signatures (see SIGNATURES)
     "Expected object of",
     "tensors are not at",
@@ -376,11 +383,22 @@ static PREFILTER: LazyLock<AhoCorasick> = LazyLock::new(|| {
         .expect("static phrases build")
 });
 
+/// Whether the line holds any phrase a classifier or the allocator statistics need: one pass,
+/// and most lines of a log fail it.
+pub(crate) fn prefilter(line: &str) -> bool {
+    PREFILTER.is_match(line)
+}
+
 /// Classifies one clean line: the failure and its rank.
 pub(crate) fn classify(line: &str) -> Option<(Failure, u8)> {
     if !PREFILTER.is_match(line) {
         return None;
     }
+    classify_filtered(line)
+}
+
+/// [`classify`] for a line that passed [`prefilter`].
+pub(crate) fn classify_filtered(line: &str) -> Option<(Failure, u8)> {
     if let Some(f) = device_mismatch(line) {
         return Some(f);
     }
@@ -1174,7 +1192,10 @@ fn out_of_memory(line: &str) -> Option<(Failure, u8)> {
     // TensorFlow names the device a tensor was to live on (core/framework/op_kernel.cc): on the
     // CPU, by the CPU allocator, it is host RAM that ran out.
     if has("OOM when allocating") && names_a_cpu_device(line) {
-        return Some((Failure::Known(KnownFailure::HostOutOfMemory, cap_line(line)), RANK_HOST));
+        return Some((
+            Failure::Known(KnownFailure::HostOutOfMemory, cap_line(line)),
+            RANK_HOST,
+        ));
     }
     let mut rank = RANK_ROOT;
     let framework =

@@ -313,7 +313,7 @@ fn report(split: &str, s: &Score) -> String {
 
 #[test]
 fn every_file_names_its_source_and_a_known_kind() {
-    for split in ["tune", "holdout", "fresh"] {
+    for split in ["tune", "holdout", "fresh", "blind"] {
         let cases = load(split);
         assert!(cases.len() >= 75, "{split}: {} files", cases.len());
         for c in cases {
@@ -399,5 +399,20 @@ const TUNE_CLASS: f64 = 99.0;
 const TUNE_NUMBERS: f64 = 97.0;
 const HOLDOUT_CLASS: f64 = 98.0;
 const HOLDOUT_NUMBERS: f64 = 94.0;
+/// The last set, collected after all tuning, measured once unread; never tuned on.
+#[test]
+fn the_blind_set() {
+    let s = score("blind");
+    let text = report("blind", &s);
+    println!("{text}");
+    assert!(pct(s.class_ok, s.files) >= BLIND_CLASS, "{text}");
+    assert!(
+        pct(s.oom_numbers_ok, s.oom_with_numbers) >= BLIND_NUMBERS,
+        "{text}"
+    );
+}
+
+const BLIND_CLASS: f64 = 0.0;
+const BLIND_NUMBERS: f64 = 0.0;
 const FRESH_CLASS: f64 = 98.0;
 const FRESH_NUMBERS: f64 = 95.0;

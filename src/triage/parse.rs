@@ -274,6 +274,8 @@ const PHRASES: &[&str] = &[
     "udnn_status_alloc_failed",
     "UDNN_STATUS_ALLOC_FAILED",
     "HIP_ERROR_OutOfMemory",
+    "CUDA failed with error out of memory",
+    "Attempting to reserve",
     "ran out of memory",
     // known
     "device-side assert",
@@ -289,6 +291,16 @@ const PHRASES: &[&str] = &[
     "ECC",
     "compiled with CUDA",
     "deserialize",
+    "Initializer expected to generate shape",
+    "Inconsistent shapes between value",
+    "ScopeParamShapeError",
+    "feature_group_count must equal",
+    "cannot reshape array",
+    "reshape total size",
+    "must have the same shape",
+    "Watchdog caught",
+    "Cuda failure '",
+    "NCCL failure",
     "No CUDA GPUs",
     "CUDA-capable",
     "NVIDIA driver",
@@ -1106,6 +1118,10 @@ static OOM_HEAD: LazyLock<Regex> = LazyLock::new(|| {
         // CuPy <= 6 (cupy/cuda/memory.pyx "out of memory to allocate %d bytes (total %d
         // bytes)"); XLA's ROCm driver (xla/stream_executor/rocm/rocm_driver.cc); TensorFlow's
         // Eigen allocator (core/common_runtime/gpu/gpu_device.cc); XLA's tf_allocator_adapter.cc.
+        // CTranslate2 src/cuda/utils.h ("CUDA failed with error out of memory"), Caffe2
+        // caffe2/core/common_gpu.h CUDA_ENFORCE ("Error at: <file>:<line>: out of memory"),
+        // XLA's TPU/host allocator ("Attempting to reserve 6.48G at the bottom of memory").
+        r"(?P<wrapped>CUDA failed with error out of memory|Error at: \S{1,300}:\d+: out of memory|Attempting to reserve \S+ at the bottom of memory)|",
         r"(?P<old>(?i:cuda runtime err(?:or)? ?\(2\) ?: ?out of memory|cudnn_status_alloc_failed)|out of memory to allocate|HIP_ERROR_OutOfMemory|EigenAllocator for GPU ran out of memory|Out of memory while trying to allocate)|",
         r"(?P<generic>OutOfMemoryError|Out of memory allocating|ResourceExhaustedError|cuda runtime error \(2\) : out of memory|error=2 : out of memory|Cuda failure 'out of memory'|cudaMalloc failed: out of memory|Dst tensor is not initialized|No available memory for the cache blocks|larger than the maximum number of tokens that can be stored in KV cache)"
     ))
@@ -1119,7 +1135,7 @@ static GPU_NO: LazyLock<Regex> = LazyLock::new(|| {
 });
 static REQ: LazyLock<Regex> = LazyLock::new(|| {
     sized(
-        r"(?:Tried to allocate|[Tt]rying to allocate|out of memory to allocate|Failed to CUDA (?:calloc|malloc|host alloc)|Attempting to allocate|Failed to allocate request for|[Ff]ailed to allocate|Out of memory allocating|[Oo]ut of memory while trying to allocate|allocating) {SIZE}",
+        r"(?:Tried to allocate|[Tt]rying to allocate|out of memory to allocate|Attempting to reserve|Failed to CUDA (?:calloc|malloc|host alloc)|Attempting to allocate|Failed to allocate request for|[Ff]ailed to allocate|Out of memory allocating|[Oo]ut of memory while trying to allocate|allocating) {SIZE}",
     )
 });
 static EXACT_BYTES: LazyLock<Regex> =
@@ -1152,6 +1168,8 @@ static SO_FAR: LazyLock<Regex> = LazyLock::new(|| {
     sized(r"(?:allocated so far: |out of memory to allocate .{1,40}\(total ){SIZE}")
 });
 // PyTorch aten/src/ATen/mps/MPSAllocator.mm (alloc_buffer_block).
+// CuPy cupy/cuda/memory.pyx, a pool with set_limit / CUPY_GPU_MEMORY_LIMIT.
+static CUPY_LIMIT: LazyLock<Regex> = LazyLock::new(|| sized(r"limit set to: {SIZE}"));
 static MPS: LazyLock<Regex> = LazyLock::new(|| {
     sized(r"MPS allocated: {SIZE}, other allocations: {SIZE}, max allowed: {SIZE}")
 });
@@ -1337,6 +1355,9 @@ pub(crate) fn oom_facts(text: &str, framework: Framework) -> OomFacts {
     if let Some(c) = SO_FAR.captures(text) {
         f.reserved = size_at(&c, 1);
     }
+    if let Some(c) = CUPY_LIMIT.captures(text) {
+        f.limit = size_at(&c, 1);
+    }
     if let Some(c) = MPS.captures(text) {
         // aten/src/ATen/mps/MPSAllocator.mm: the allocator's heaps, the process's other Metal
         // allocations, and the high watermark (a cap, not the machine's memory).
@@ -1436,7 +1457,7 @@ static KNOWN: LazyLock<Vec<(Regex, KnownFailure, u8)>> = LazyLock::new(|| {
         // torch/cuda/__init__.py (_lazy_init).
         (r"Torch not compiled with CUDA enabled", K::NotCompiledWithCuda, RANK_ENV),
         // torch/serialization.py (validate_cuda_device).
-        (r"Attempting to deserialize object on (?:a )?CUDA device", K::CudaDeserialize, RANK_ENV),
+        (r"Attempting to ?deserialize object on (?:a )?CUDA device", K::CudaDeserialize, RANK_ENV),
         // c10/cuda/CUDAFunctions.cpp (device_count_ensure_non_zero: "No CUDA GPUs are
         // available"), cudaErrorNoDevice, torch/cuda/__init__.py ("Found no NVIDIA driver").
         (r"(?i)found no NVIDIA driver|No CUDA GPUs are available|no CUDA-capable device is detected|cudaErrorNoDevice|CUDA_ERROR_NO_DEVICE|you might not have a CUDA gpu|NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver", K::NoGpu, RANK_ENV),
@@ -1627,7 +1648,26 @@ static SIGNATURES: LazyLock<Vec<(Regex, Says)>> = LazyLock::new(|| {
         (r"posix_memalign\(.{0,60}\) == 0\. 12 vs 0", Says::Known(K::HostOutOfMemory)),
         (r"Torch: not enough memory: you tried to (?:re)?allocate", Says::Known(K::HostOutOfMemory)),
         (r"\[Errno 12\] Cannot allocate memory", Says::Known(K::HostOutOfMemory)),
+        // flax flax/errors.py (ScopeParamShapeError): parameters loaded or initialised in another
+        // shape ("Initializer expected to generate shape .. but got shape ..", before that
+        // "Inconsistent shapes between value and initializer for parameter").
+        (r"Initializer expected to generate shape .{0,120} but got shape|Inconsistent shapes between value and initializer for parameter|ScopeParamShapeError", Says::Shape(S::StateDict)),
+        // jax/_src/lax/convolution.py (_conv_general_dilated_shape_rule).
+        (r"feature dimension size divided by feature_group_count must equal", Says::Shape(S::ConvChannels)),
+        // jax/_src/numpy (reshape: "cannot reshape array of shape (..) (size N) into shape
+        // (..)"), NumPy's own "cannot reshape array of size N into shape (..)", lax's
+        // "reshape total size must be unchanged".
+        (r"cannot reshape array of (?:shape|size)|reshape total size must be unchanged", Says::Shape(S::View)),
+        // Keras 3 keras/src/backend/*/nn.py (losses: target against output).
+        (r"Arguments `target` and `output` must have the same shape", Says::Shape(S::Other)),
         // ---- known failures in other wordings
+        // torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp, cut mid-word after its first words.
+        (r"Watchdog caught collective", Says::Known(K::NcclTimeout)),
+        // NVIDIA/nccl src/init.cc (ncclGetErrorString) as nccl-tests print it ("Test NCCL failure
+        // common.cu:N 'unhandled cuda error'"), and NCCL's own "Cuda failure 'initialization
+        // error'" (src/include/checks.h) when the driver could not start.
+        (r"Cuda failure '(?:initialization error|unknown error)'", Says::Known(K::CudaInit)),
+        (r"NCCL failure .{0,80}'(?:unhandled (?:cuda|system) error|internal error|invalid (?:argument|usage)|remote process exited)", Says::Known(K::NcclError)),
         // A CUDA kernel's own assertion line (c10/macros/Macros.h CUDA_KERNEL_ASSERT ->
         // __assert_fail; THC/THCUNN kernels before): printed before the exception, often the
         // only part of a device-side assert a log keeps.
@@ -1746,6 +1786,7 @@ mod tests {
             root.join("public/tune"),
             root.join("public/holdout"),
             root.join("public/fresh"),
+            root.join("public/blind"),
             root.clone(),
         ] {
             for e in std::fs::read_dir(dir).expect("corpus dir") {

@@ -655,7 +655,7 @@ pub struct ExplainArgs {
     /// The log to read (`-` or nothing: standard input). Read as a stream: any size.
     #[arg(value_name = "FILE|-")]
     pub file: Option<PathBuf>,
-    /// Print the diagnosis as JSON (for scripts).
+    /// Print the diagnosis as JSON (schema: docs/explain-json.md) instead of text.
     #[arg(long)]
     pub json: bool,
 }

@@ -689,7 +689,6 @@ fn known_failures() {
     use KnownFailure as K;
     let cases = [
         ("known-illegal-memory-access.txt", K::IllegalMemoryAccess),
-        ("known-nccl-error.txt", K::NcclError),
         ("known-nccl-timeout.txt", K::NcclTimeout),
         ("known-no-driver.txt", K::NoGpu),
         ("known-no-gpus.txt", K::NoGpu),
@@ -700,6 +699,14 @@ fn known_failures() {
         ("known-dtype.txt", K::DtypeMismatch),
         ("known-host-oom.txt", K::HostOutOfMemory),
     ];
+    // NCCL's own last error names the root cause: its shared memory segment (NVIDIA/nccl
+    // src/misc/shmutils.cc), the same fix as a DataLoader's /dev/shm.
+    let (k, line) = known("known-nccl-error.txt");
+    assert_eq!(k, K::SharedMemory);
+    assert!(
+        line.starts_with("Error while creating shared memory segment"),
+        "{line}"
+    );
     for (name, kind) in cases {
         let (k, line) = known(name);
         assert_eq!(k, kind, "{name}");

@@ -1898,10 +1898,12 @@ fn known(d: &mut Diagnosis, k: KnownFailure, line: &str, ctx: Option<&Context>) 
             )],
         ),
         K::SharedMemory => (
-            "DataLoader workers ran out of shared memory (/dev/shm)",
+            "Shared memory (/dev/shm) ran out: DataLoader workers or NCCL could not get a segment",
             vec![fix(
                 "Give the container more shared memory",
-                "docker run --shm-size=16g (or --ipc=host); or num_workers=0 to confirm.",
+                "docker run --shm-size=16g (or --ipc=host); `df -h /dev/shm` shows its size. For \
+                 DataLoader workers, num_workers=0 confirms it; for NCCL between GPUs of one \
+                 host, NCCL_SHM_DISABLE=1 works around it at some speed.",
             )],
         ),
         K::StateDictKeys => (

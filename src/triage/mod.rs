@@ -372,6 +372,9 @@ struct Candidate {
 
 /// Streaming classifier: push lines as they come; memory stays bounded
 /// ([`Scanner::retained_bytes`]) whatever the length of the stream.
+// Independent facts of what the text showed (a traceback, any text, a chain marker, a BFC
+// dump), not the states of one machine.
+#[allow(clippy::struct_excessive_bools)]
 #[derive(Debug, Clone, Default)]
 pub struct Scanner {
     best: Option<Candidate>,
@@ -394,6 +397,8 @@ pub struct Scanner {
     traceback: bool,
     /// A line that is not blank was seen.
     any_text: bool,
+    /// A line of the BFC allocator's chunk dump was seen (printed only on a failed allocation).
+    bfc_dump: bool,
     /// A line that filled a wrap width ([`WRAP_COLUMNS`], [`WRAP_BYTES`]): the first
     /// piece(s) of a wrapped message, joined as they come, and the width.
     wrap: Option<(String, usize)>,
@@ -562,6 +567,9 @@ impl Scanner {
         if hit && self.assertion.is_none() && parse::is_assertion(trimmed) {
             self.assertion = Some(cap(trimmed, 1024).to_string());
         }
+        if hit && !self.bfc_dump && parse::is_bfc_dump(trimmed) {
+            self.bfc_dump = true;
+        }
         if hit && let Some(facts) = parse::allocator_stats(trimmed) {
             let aux = self
                 .aux
@@ -707,12 +715,15 @@ impl Scanner {
         // (tensorflow/core/common_runtime/bfc_allocator.cc, DumpMemoryLog): a log cut after the
         // dump is still an out-of-memory.
         if self.best.is_none()
-            && let Some(aux) = &self.aux
-            && (aux.limit.is_some() || aux.allocated.is_some())
+            && (self.bfc_dump
+                || self
+                    .aux
+                    .as_ref()
+                    .is_some_and(|a| a.limit.is_some() || a.allocated.is_some()))
         {
             self.best = Some(Candidate {
                 rank: parse::RANK_ROOT,
-                richness: aux.richness(),
+                richness: self.aux.as_ref().map_or(0, OomFacts::richness),
                 failure: Failure::OutOfMemory(OomFacts::empty(Framework::TensorFlow)),
                 excerpt: Vec::new(),
                 hint: self.frame.clone(),

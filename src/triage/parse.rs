@@ -275,6 +275,19 @@ const PHRASES: &[&str] = &[
     "UDNN_STATUS_ALLOC_FAILED",
     "HIP_ERROR_OutOfMemory",
     "CUDA failed with error out of memory",
+    "cuda failed with error",
+    "hipError_t(1002)",
+    "ailed to determine best cudnn",
+    "ailed to determine best cuDNN",
+    "with 'cpu' backend",
+    "jax.local_devices",
+    "saved weight has shape",
+    "shared memory segment",
+    "have failed or timed out",
+    "InUse at ",
+    "Free at ",
+    "Total Chunks:",
+    "Errno 12]",
     "Attempting to reserve",
     "ran out of memory",
     // known
@@ -496,7 +509,7 @@ static DEV_RNN: LazyLock<Regex> = LazyLock::new(|| {
 });
 // PyTorch aten/src/ATen/native/TensorAdvancedIndexing.cpp (index checks).
 static DEV_INDICES: LazyLock<Regex> = LazyLock::new(|| {
-    re(r"indices should be either on cpu or on the same device as the indexed tensor \((\w+)\)")
+    re(r"indices should be either on cpu or on the same device as the indexed tensor \(([\w:]+)\)")
 });
 // PyTorch c10/core/TensorImpl / aten checks ("Expected device <d> but got device <d>").
 static DEV_EXPECTED: LazyLock<Regex> =
@@ -1121,7 +1134,7 @@ static OOM_HEAD: LazyLock<Regex> = LazyLock::new(|| {
         // CTranslate2 src/cuda/utils.h ("CUDA failed with error out of memory"), Caffe2
         // caffe2/core/common_gpu.h CUDA_ENFORCE ("Error at: <file>:<line>: out of memory"),
         // XLA's TPU/host allocator ("Attempting to reserve 6.48G at the bottom of memory").
-        r"(?P<wrapped>CUDA failed with error out of memory|Error at: \S{1,300}:\d+: out of memory|Attempting to reserve \S+ at the bottom of memory)|",
+        r"(?P<wrapped>(?i:cuda failed with error (?:2 )?out of memory)|hipError_t\(1002\)|Error at: \S{1,300}:\d+: out of memory|Attempting to reserve \S+ at the bottom of memory)|",
         r"(?P<old>(?i:cuda runtime err(?:or)? ?\(2\) ?: ?out of memory|cudnn_status_alloc_failed)|out of memory to allocate|HIP_ERROR_OutOfMemory|EigenAllocator for GPU ran out of memory|Out of memory while trying to allocate)|",
         r"(?P<generic>OutOfMemoryError|Out of memory allocating|ResourceExhaustedError|cuda runtime error \(2\) : out of memory|error=2 : out of memory|Cuda failure 'out of memory'|cudaMalloc failed: out of memory|Dst tensor is not initialized|No available memory for the cache blocks|larger than the maximum number of tokens that can be stored in KV cache)"
     ))
@@ -1222,6 +1235,9 @@ fn out_of_memory(line: &str) -> Option<(Failure, u8)> {
         } else if has("MPS backend out of memory") {
             Framework::Mps
         } else if has("CUBLAS_STATUS_ALLOC_FAILED") {
+            // Often the symptom of an out-of-range index on the GPU (asynchronous): an
+            // IndexError in the same log wins.
+            rank = RANK_ROOT - 1;
             Framework::Cublas
         } else if has("CUDNN_STATUS_NOT_ALLOCATED")
             || has("CUDNN_STATUS_ALLOC_FAILED")
@@ -1385,6 +1401,12 @@ pub(crate) fn oom_facts(text: &str, framework: Framework) -> OomFacts {
 
 static BFC_LIMIT: LazyLock<Regex> = LazyLock::new(|| re(r"^(?:.*\] )?\s*Limit:\s+(\d+)\s*$"));
 static BFC_INUSE: LazyLock<Regex> = LazyLock::new(|| re(r"^(?:.*\] )?\s*InUse:\s+(\d+)\s*$"));
+static BFC_CHUNK: LazyLock<Regex> = LazyLock::new(|| {
+    // After the glog prefix (taken off by clean.rs, or still there).
+    re(
+        r"(?:^|\] )(?:InUse|Free) at (?:0x)?[0-9a-f]{4,16} (?:of size|next)|(?:^|\] )Bin \(\d+\): \s*Total Chunks:",
+    )
+});
 // TensorFlow 1.x core/common_runtime/gpu/gpu_device.cc, when it creates the device: "Found
 // device 0 with properties: ... totalMemory: 1.94GiB freeMemory: 1.71GiB". The capacity is the
 // card's; the free figure is at start, not at the failure, so it is not kept as `free`.
@@ -1432,6 +1454,13 @@ pub(crate) fn allocator_stats(line: &str) -> Option<OomFacts> {
 
 /// The statistics line gives an exact byte count (`InUse:`), which beats a rounded one
 /// (`Sum Total of in-use chunks: 479.75MiB`) read before it.
+/// A line of the BFC allocator's chunk dump (`InUse at f008f1f00 of size 256 next 35`, `Bin (256):
+/// Total Chunks: …`), which it prints only when an allocation failed
+/// (`core/common_runtime/bfc_allocator.cc`, `DumpMemoryLog`).
+pub(crate) fn is_bfc_dump(line: &str) -> bool {
+    BFC_CHUNK.is_match(line)
+}
+
 pub(crate) fn is_exact_stat(line: &str) -> bool {
     BFC_INUSE.is_match(line)
 }
@@ -1490,9 +1519,13 @@ static KNOWN: LazyLock<Vec<(Regex, KnownFailure, u8)>> = LazyLock::new(|| {
         (r"(?i)unspecified launch failure|misaligned address|the launch timed out and was terminated|an illegal instruction was encountered|cudaErrorLaunchFailure|CUDA_ERROR_LAUNCH_FAILED", K::LaunchFailure, RANK_ILLEGAL),
         // cudnnGetErrorString names through aten/src/ATen/cuda/Exceptions.h (AT_CUDNN_CHECK);
         // TensorFlow stream_executor/cuda/cuda_dnn.cc, core/kernels/conv_ops.cc.
-        (r"CUDNN_STATUS_\w+|cuDNN error|Unable to find a valid cuDNN algorithm|DNN library initialization failed|Failed to get convolution algorithm", K::CudnnError, RANK_LIB),
+        (r"CUDNN_STATUS_\w+|cuDNN error|Unable to find a valid cuDNN algorithm|DNN library initialization failed|Failed to get convolution algorithm|(?i:Failed to determine best cudnn convolution algorithm)", K::CudnnError, RANK_LIB),
         // cublasStatus_t names through aten/src/ATen/cuda/Exceptions.h (TORCH_CUDABLAS_CHECK).
         (r"CUBLAS_STATUS_\w+|cuBLAS error", K::CublasError, RANK_LIB),
+        // torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp: the watchdog's words for an NCCL
+        // error as much as for a timeout, so an NCCL error, ranked below both: the specific line
+        // wins when the log has it.
+        (r"Some NCCL operations have failed or timed out", K::NcclError, RANK_NCCL_TIMEOUT - 1),
         // torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp (WorkNCCL::checkTimeout: "Watchdog
         // caught collective operation timeout"), c10d TCPStore ("Socket Timeout").
         (r"(?i)Watchdog caught collective operation timeout|collective operation timeout|NCCL communicator was aborted|ProcessGroupNCCL.{0,80}timed out|DistStoreError: .{0,60}timed? ?out|Socket Timeout|Timed out initializing process group", K::NcclTimeout, RANK_NCCL_TIMEOUT),
@@ -1640,14 +1673,14 @@ static SIGNATURES: LazyLock<Vec<(Regex, Says)>> = LazyLock::new(|| {
         // in current model", and the words alone when cut.
         (r"size mismatch for \S+: copying a param (?:of|with shape)", Says::Shape(S::StateDict)),
         // torch/nn/modules/module.py before 0.4 (load_state_dict raised KeyError).
-        (r#"unexpected key "[^"]{1,200}" in state_dict|missing keys in state_dict"#, Says::Known(K::StateDictKeys)),
+        (r#"(?i)unexpected key "?[^" ]{1,200}"? in state_dict|missing keys in state_dict"#, Says::Known(K::StateDictKeys)),
         // ---- host memory
         // PyTorch c10/core/CPUAllocator.cpp (1.0-1.1: CAFFE_ENFORCE_EQ on posix_memalign, 12 =
         // ENOMEM), aten/src/TH/THGeneral.cpp (0.4-1.0 THAlloc), and the C library's ENOMEM text
         // as Python raises it (fork of a DataLoader worker, mmap of a dataset).
         (r"posix_memalign\(.{0,60}\) == 0\. 12 vs 0", Says::Known(K::HostOutOfMemory)),
         (r"Torch: not enough memory: you tried to (?:re)?allocate", Says::Known(K::HostOutOfMemory)),
-        (r"\[Errno 12\] Cannot allocate memory", Says::Known(K::HostOutOfMemory)),
+        (r"\[Errno 12\]\s*Cannot allocate memory", Says::Known(K::HostOutOfMemory)),
         // flax flax/errors.py (ScopeParamShapeError): parameters loaded or initialised in another
         // shape ("Initializer expected to generate shape .. but got shape ..", before that
         // "Inconsistent shapes between value and initializer for parameter").
@@ -1660,7 +1693,16 @@ static SIGNATURES: LazyLock<Vec<(Regex, Says)>> = LazyLock::new(|| {
         (r"cannot reshape array of (?:shape|size)|reshape total size must be unchanged", Says::Shape(S::View)),
         // Keras 3 keras/src/backend/*/nn.py (losses: target against output).
         (r"Arguments `target` and `output` must have the same shape", Says::Shape(S::Other)),
+        // jaxlib/xla: a value put on a device of a backend that was not started ("Cannot copy
+        // value to device 'gpu:0' with 'cpu' backend"), jax/_src/api.py ("Device .. was not
+        // found in jax.local_devices()").
+        (r"Cannot copy value to device '[^']{1,40}' with '[^']{1,40}' backend|was not found in jax\.local_devices\(\)", Says::Device),
+        // Keras 2.2 engine/saving.py (load_weights by_name): "Layer #N (named ..), weight .. has
+        // shape (..), but the saved weight has shape (..)".
+        (r"but the saved weight has shape", Says::Shape(S::StateDict)),
         // ---- known failures in other wordings
+        // NVIDIA/nccl src/misc/shmutils.cc: NCCL's shared memory (/dev/shm) could not be made.
+        (r"Error while (?:creating|attaching to) shared memory segment", Says::Known(K::SharedMemory)),
         // torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp, cut mid-word after its first words.
         (r"Watchdog caught collective", Says::Known(K::NcclTimeout)),
         // NVIDIA/nccl src/init.cc (ncclGetErrorString) as nccl-tests print it ("Test NCCL failure
@@ -1787,6 +1829,7 @@ mod tests {
             root.join("public/holdout"),
             root.join("public/fresh"),
             root.join("public/blind"),
+            root.join("public/final"),
             root.clone(),
         ] {
             for e in std::fs::read_dir(dir).expect("corpus dir") {

@@ -392,13 +392,12 @@ fn the_fresh_set() {
     );
 }
 
-// Where each half stands now, so that a change that loses ground fails. The bar is a
-// class accuracy of 98 % and every number exact in 95 % of the out-of-memory texts; the holdout
-// half's numbers are below it (33 of 35: see the CHANGELOG).
+// Where each set stands now, so that a change that loses ground fails. The bar is a
+// class accuracy of 98 % and every number exact in 95 % of the out-of-memory texts.
 const TUNE_CLASS: f64 = 99.0;
 const TUNE_NUMBERS: f64 = 97.0;
 const HOLDOUT_CLASS: f64 = 98.0;
-const HOLDOUT_NUMBERS: f64 = 94.0;
+const HOLDOUT_NUMBERS: f64 = 95.0;
 /// Collected after the tuning on the halves and `fresh/`, measured once unread (the figures are
 /// in the CHANGELOG); its misses were then read and their families fixed.
 #[test]
@@ -428,7 +427,7 @@ fn the_final_set() {
 }
 
 const FINAL_CLASS: f64 = 99.0;
-const FINAL_NUMBERS: f64 = 92.0;
+const FINAL_NUMBERS: f64 = 96.0;
 const BLIND_CLASS: f64 = 99.0;
 const BLIND_NUMBERS: f64 = 90.0;
 const FRESH_CLASS: f64 = 98.0;

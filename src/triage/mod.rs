@@ -654,6 +654,18 @@ impl Scanner {
             }
         };
         if !better {
+            // The same out-of-memory said again (TensorFlow logs it, then raises it): what
+            // follows it may carry the facts the first lacked (the node's device), so read its
+            // continuation into the kept one.
+            if let (Failure::OutOfMemory(_), Some(best)) = (&failure, &mut self.best)
+                && let Failure::OutOfMemory(kept) = &mut best.failure
+                && best.rank == rank
+            {
+                if let Failure::OutOfMemory(more) = &failure {
+                    kept.fill_from(more);
+                }
+                self.pending = Some((cap(line, 16 * 1024).to_string(), CONTINUATION_LINES));
+            }
             return;
         }
         let is_oom = matches!(failure, Failure::OutOfMemory(_));

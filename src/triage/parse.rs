@@ -1309,8 +1309,11 @@ pub(crate) fn oom_facts(text: &str, framework: Framework) -> OomFacts {
         // `3.00GiB (3221225472B)`, `3.77G (4046333952 bytes)`.
         let rest = &text[c.get(0).map_or(0, |m| m.end())..];
         let near = cap_str(rest, 40);
+        // Only a count close to the rounded figure is its exact value (`hipError_t(1002)` is
+        // an error code).
         if let Some(e) = EXACT_BYTES.captures(near)
             && let Ok(n) = e[1].parse::<u64>()
+            && f.requested.is_none_or(|r| n >= r / 2 && n <= r.saturating_mul(2))
         {
             f.requested = Some(n);
         }

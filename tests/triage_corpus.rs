@@ -1737,3 +1737,105 @@ fn absurd_numbers_do_not_overflow() {
     let _ = render_text(&diagnose(&a, Some(&big)));
     let _ = render_text(&diagnose(&a, None));
 }
+
+// ---- the case, decided by the numbers ---------------------------------------------------
+
+fn diagnosis_of(text: &str) -> gpuwatch::triage::Diagnosis {
+    gpuwatch::triage::diagnose(&analyze(text), None)
+}
+
+#[test]
+fn the_case_is_decided_by_the_numbers_and_says_why() {
+    use gpuwatch::triage::{Case, Confidence};
+    // The cache larger than the request while the GPU had no room.
+    let d = diagnosis_of(&text("oom-torch-2.11-fragmentation-real.txt"));
+    assert_eq!(
+        (d.case, d.confidence),
+        (Case::Fragmentation, Confidence::Certain)
+    );
+    assert!(
+        d.reasoning
+            .as_deref()
+            .is_some_and(|r| r.starts_with("reserved − allocated = 57.55 GiB")),
+        "{d:?}"
+    );
+    // A printed cap (set_per_process_memory_fraction's "allowed").
+    let d = diagnosis_of(&text("oom-torch-1.x-allowed.txt"));
+    assert_eq!((d.case, d.confidence), (Case::Cap, Confidence::Certain));
+    assert!(d.fixes[0].title.contains("cap"), "{:?}", d.fixes);
+    // Free memory far above the request: a limit, not fragmentation or own tensors; the text
+    // cannot tell which limit, so run would add.
+    let d = diagnosis_of(&text("oom-torch-1.x-cached.txt"));
+    assert_eq!((d.case, d.confidence), (Case::Cap, Confidence::Likely));
+    assert!(d.run_would_add.is_some());
+    // Old wording, no process list: most of the GPU held outside what PyTorch reserved, and
+    // the request did not fit in what was free.
+    let d = diagnosis_of(
+        "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 10.76 GiB total \
+         capacity; 1.00 GiB already allocated; 1.50 GiB free; 1.20 GiB reserved in total by PyTorch)",
+    );
+    assert_eq!(
+        (d.case, d.confidence),
+        (Case::ExternalPressure, Confidence::Likely)
+    );
+    assert!(
+        d.reasoning
+            .as_deref()
+            .is_some_and(|r| r.contains("held outside this job")),
+        "{d:?}"
+    );
+    // The same numbers with the job holding most of the GPU: its own tensors.
+    let d = diagnosis_of(
+        "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 10.76 GiB total \
+         capacity; 8.80 GiB already allocated; 1.50 GiB free; 9.00 GiB reserved in total by PyTorch)",
+    );
+    assert_eq!(d.case, Case::OwnTensors);
+}
+
+#[test]
+fn an_allocator_limit_is_a_cap_only_well_below_the_card() {
+    use gpuwatch::triage::Case;
+    let log = |limit: u64| {
+        format!(
+            "I tensorflow/core/common_runtime/gpu/gpu_device.cc:885] Found device 0 with properties: name: GeForce GTX 1080 Ti totalMemory: 10.00GiB freeMemory: 9.80GiB\n\
+             I tensorflow/core/common_runtime/bfc_allocator.cc:680] Limit:      {limit}\n\
+             I tensorflow/core/common_runtime/bfc_allocator.cc:680] InUse:      {}\n\
+             tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when allocating tensor with shape[256,1024,32,32] and type float on /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc\n",
+            limit - 1000
+        )
+    };
+    // JAX's default 75 %, or a fraction set by hand: a cap.
+    let d = diagnosis_of(&log(8_053_063_680));
+    assert_eq!(d.case, Case::Cap, "{d:?}");
+    assert!(
+        d.fixes[0]
+            .detail
+            .contains("per_process_gpu_memory_fraction"),
+        "{:?}",
+        d.fixes
+    );
+    // TensorFlow's default, what was free at start (93 % here): not a cap.
+    let d = diagnosis_of(&log(9_985_000_000));
+    assert_ne!(d.case, Case::Cap, "{d:?}");
+}
+
+#[test]
+fn numbers_that_do_not_add_up_are_named() {
+    // "this process has" far below what PyTorch reserved: the driver could not see the process.
+    let d = diagnosis_of(
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB. GPU 0 has a total \
+         capacity of 79.14 GiB of which 200.00 MiB is free. Including non-PyTorch memory, this \
+         process has 0 bytes memory in use. Of the allocated memory 70.00 GiB is allocated by \
+         PyTorch, and 8.00 GiB is reserved by PyTorch but unallocated.",
+    );
+    assert!(
+        d.checks
+            .iter()
+            .any(|c| c.contains("could not see this process")),
+        "{:?}",
+        d.checks
+    );
+    // A consistent message has no check.
+    let d = diagnosis_of(&text("oom-torch-2.11-fragmentation-real.txt"));
+    assert!(d.checks.is_empty(), "{:?}", d.checks);
+}

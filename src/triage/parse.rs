@@ -1313,7 +1313,8 @@ pub(crate) fn oom_facts(text: &str, framework: Framework) -> OomFacts {
         // an error code).
         if let Some(e) = EXACT_BYTES.captures(near)
             && let Ok(n) = e[1].parse::<u64>()
-            && f.requested.is_none_or(|r| n >= r / 2 && n <= r.saturating_mul(2))
+            && f.requested
+                .is_none_or(|r| n >= r / 2 && n <= r.saturating_mul(2))
         {
             f.requested = Some(n);
         }

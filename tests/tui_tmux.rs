@@ -775,15 +775,19 @@ fn the_findings_panel_takes_the_keys_scrolls_and_goes_to_a_findings_process_or_g
                 .any(|l| !l.starts_with('!') && l.contains(" 2207 ")),
         "only GPU 3's panel and processes:\n{s}"
     );
-    // The findings view lists every finding with its history.
+    // The findings view lists every finding with its history. Wait for the whole view: a
+    // capture can catch a frame half drawn (seen on a loaded 2-core CI machine).
     t.keys(&["F"]);
-    let s = t.wait_for("the findings view", |s| s.contains("FINDINGS: "));
-    for rule in [
+    let rules = [
         "leak-suspected",
         "near-capacity",
         "idle-holder",
         "external-pressure",
-    ] {
+    ];
+    let s = t.wait_for("the findings view", |s| {
+        s.contains("FINDINGS: ") && rules.iter().all(|r| s.contains(r))
+    });
+    for rule in rules {
         assert!(
             s.lines()
                 .any(|l| l.contains(" open ") || l.starts_with("▶ open"))

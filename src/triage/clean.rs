@@ -90,6 +90,7 @@ pub(crate) fn is_wrapper_report(line: &str) -> bool {
         || line.starts_with("error_file:")
         || line.contains("To enable traceback see: https://pytorch.org/docs/stable/elastic/errors")
         || line.contains("ChildFailedError")
+        || line.contains("elastic.multiprocessing")
         || line.contains("ProcessRaisedException")
         || (line.contains("CalledProcessError") && line.contains("returned non-zero exit status"))
         || (line.contains("exits with return code") && line.contains("launch"))

@@ -592,7 +592,7 @@ impl Scanner {
             }
         } else if is_exception {
             let root_kept = self.chained && self.last_exception.is_some();
-            if !root_kept && !parse::is_agent_error(trimmed) && !clean::is_wrapper_report(trimmed) {
+            if !root_kept && !clean::is_wrapper_report(trimmed) {
                 self.last_exception = Some((cap(trimmed, 1024).to_string(), self.frame.clone()));
             }
             self.chained = false;

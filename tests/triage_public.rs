@@ -220,6 +220,13 @@ fn score(split: &str) -> Score {
     for case in load(split) {
         s.files += 1;
         let a = analyze(&case.text);
+        // `explain` reads a file through `scan` (a reader, line by line): the same analysis.
+        let streamed = gpuwatch::triage::scan(case.text.as_bytes()).expect("reads");
+        assert_eq!(
+            streamed.failure, a.failure,
+            "{}: scan and analyze differ",
+            case.name
+        );
         let got = a.failure.kind();
         if got == case.kind {
             s.class_ok += 1;
